@@ -1,0 +1,68 @@
+"""Input pipelines: grain datasets on each process -> per-process numpy -> global jax.Arrays.
+
+`synthetic` builds a resumable grain pipeline from a per-example generator. Example `i` of the
+stream is drawn from `np.random.default_rng([seed, i])`, and global batch `b` holds examples
+`b*B .. (b+1)*B-1` with process `p` producing its contiguous slice. So the global batch at every
+step is identical whatever the process count, and the iterator state (a batch index) resumes it
+exactly.
+"""
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grain
+import jax
+import numpy as np
+from jax.sharding import NamedSharding
+
+from core.errors import ConfigError
+
+_ENDLESS = 2**62  # "infinite" stream length; grain's range dataset is lazy
+
+
+def stack(examples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {k: np.stack([e[k] for e in examples]) for k in examples[0]}
+
+
+def synthetic(
+    example_fn: Callable[[np.random.Generator], dict[str, np.ndarray]],
+    *,
+    global_batch: int,
+    seed: int,
+    shard: tuple[int, int] = (0, 1),
+    num_batches: int | None = None,
+) -> grain.DatasetIterator:
+    """A checkpointable iterator of this process's share of each global batch."""
+    index, count = shard
+    if global_batch % count:
+        raise ConfigError(
+            f"train.batch_size={global_batch} is not divisible by the process count {count}"
+        )
+    local = global_batch // count
+
+    def make_batch(b: int) -> dict[str, np.ndarray]:
+        first = b * global_batch + index * local
+        return stack([example_fn(np.random.default_rng([seed, first + j])) for j in range(local)])
+
+    dataset = grain.MapDataset.range(num_batches or _ENDLESS).map(make_batch)
+    return iter(dataset.to_iter_dataset())
+
+
+def global_spec(local_batch: dict[str, Any], process_count: int | None = None):
+    """ShapeDtypeStructs of the global batch given one process-local batch."""
+    count = jax.process_count() if process_count is None else process_count
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((x.shape[0] * count, *x.shape[1:]), x.dtype), local_batch
+    )
+
+
+def to_global(local_batch: dict[str, Any], sharding: NamedSharding):
+    """Assemble the global batch from every process's local numpy batch (no host gather)."""
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local_batch
+    )
+
+
+def global_batches(iterator: Iterator, sharding: NamedSharding) -> Iterator:
+    for local in iterator:
+        yield to_global(local, sharding)

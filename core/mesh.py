@@ -1,0 +1,97 @@
+"""Device meshes from config.
+
+`config.mesh` has `shape` (one entry may be -1: filled from the device count), `axes` (names,
+conventionally ("data", "fsdp", "model")), `platform` ("auto" or the backend the run expects, so a
+TPU config started on a CPU box fails early), and `dcn_shape` (the across-slice / across-node part
+for multi-slice TPU or multi-node GPU; empty for one slice). Axis types are always passed
+explicitly as Auto: `jax.make_mesh` now defaults to Explicit, which changes how every op in a
+method must be written (see ENGINEERING.md §4).
+"""
+
+import math
+
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import AxisType, Mesh
+
+from core.errors import ConfigError
+
+DATA_AXES = ("data", "fsdp")  # axes the batch dimension is split over, when present
+
+
+def resolve_shape(shape, num_devices: int) -> tuple[int, ...]:
+    """Replace a single -1 in `shape` so that the product equals `num_devices`."""
+    shape = tuple(int(s) for s in shape)
+    if shape.count(-1) > 1:
+        raise ConfigError(f"mesh.shape={shape} has more than one -1; at most one axis is filled")
+    if any(s == 0 or s < -1 for s in shape):
+        raise ConfigError(f"mesh.shape={shape} has a non-positive size")
+    known = math.prod(s for s in shape if s != -1)
+    if -1 in shape:
+        if num_devices % known:
+            raise ConfigError(
+                f"mesh.shape={shape} does not fit {num_devices} devices: "
+                f"{num_devices} is not divisible by {known}"
+            )
+        shape = tuple(num_devices // known if s == -1 else s for s in shape)
+    if math.prod(shape) != num_devices:
+        raise ConfigError(
+            f"mesh.shape={shape} needs {math.prod(shape)} devices but {num_devices} are available"
+        )
+    return shape
+
+
+def make_mesh(config, devices=None) -> Mesh:
+    """The mesh described by `config` (a `config.mesh` ConfigDict) over all (or given) devices."""
+    devices = jax.devices() if devices is None else list(devices)
+    axes = tuple(config.axes)
+    if len(axes) != len(config.shape):
+        raise ConfigError(f"mesh.axes={axes} and mesh.shape={tuple(config.shape)} differ in length")
+    if len(set(axes)) != len(axes):
+        raise ConfigError(f"mesh.axes={axes} has a repeated name")
+    platform = devices[0].platform
+    if config.platform not in ("auto", platform):
+        raise ConfigError(
+            f"mesh.platform={config.platform!r} but JAX sees {len(devices)} {platform} devices; "
+            "use a mesh preset for this machine (e.g. --config=...:mesh=cpu) or mesh.platform=auto"
+        )
+    dcn = tuple(int(s) for s in config.get("dcn_shape", ()) or ())
+    axis_types = (AxisType.Auto,) * len(axes)
+    if not dcn:
+        shape = resolve_shape(config.shape, len(devices))
+        return jax.make_mesh(shape, axes, axis_types=axis_types, devices=devices)
+    if len(dcn) != len(axes):
+        raise ConfigError(f"mesh.dcn_shape={dcn} and mesh.axes={axes} differ in length")
+    if -1 in dcn:
+        # The across-slice/node part is filled from whatever the per-slice part leaves over.
+        if -1 in config.shape:
+            raise ConfigError(
+                f"mesh.shape={tuple(config.shape)} and mesh.dcn_shape={dcn} both have a -1; "
+                "give the per-slice/node shape explicitly"
+            )
+        ici = tuple(config.shape)
+        if len(devices) % math.prod(ici):
+            raise ConfigError(
+                f"mesh.shape={ici} does not divide the {len(devices)} devices into slices/nodes"
+            )
+        dcn = resolve_shape(dcn, len(devices) // math.prod(ici))
+    else:
+        dcn = resolve_shape(dcn, math.prod(dcn))
+        if len(devices) % math.prod(dcn):
+            raise ConfigError(
+                f"mesh.dcn_shape={dcn} needs a multiple of {math.prod(dcn)} devices, "
+                f"got {len(devices)}"
+            )
+        ici = resolve_shape(config.shape, len(devices) // math.prod(dcn))
+    grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices=devices)
+    return Mesh(np.asarray(grid), axes, axis_types=axis_types)
+
+
+def data_axes(mesh: Mesh) -> tuple[str, ...]:
+    """The mesh axes the batch dimension is sharded over."""
+    return tuple(a for a in DATA_AXES if a in mesh.axis_names)
+
+
+def data_parallel_size(mesh: Mesh) -> int:
+    return math.prod(mesh.shape[a] for a in data_axes(mesh))

@@ -1,0 +1,127 @@
+"""Metrics read one step late, written as JSONL, summarised on the console, guarded against NaN.
+
+`push(step, metrics)` takes the device metrics of the step just dispatched and only then reads
+the previous step's (whose computation has finished or nearly so), so logging never stalls the
+device pipeline. Every step's loss is checked: a non-finite value stops the run with an error
+naming the step.
+"""
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+import jax
+import numpy as np
+
+
+class NonFiniteLossError(FloatingPointError):
+    pass
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def to_host(metrics: dict[str, Any]) -> dict[str, float]:
+    return {k: float(np.asarray(v)) for k, v in jax.device_get(metrics).items()}
+
+
+class MetricsLogger:
+    """One-step-late reader of train metrics; only the writing process writes anything."""
+
+    def __init__(
+        self,
+        workdir: str | None,
+        *,
+        total_steps: int,
+        global_batch: int,
+        log_every: int,
+        write: bool = True,
+        stream: TextIO | None = None,
+        prefix: str = "",
+    ):
+        self.total_steps = total_steps
+        self.global_batch = global_batch
+        self.log_every = max(log_every, 1)
+        self.write = write
+        self.stream = stream or sys.stdout
+        self.prefix = prefix
+        self.history: list[dict[str, float]] = []
+        self._pending: tuple[int, dict] | None = None
+        self._file = None
+        if workdir is not None and write:
+            self._file = open(os.path.join(workdir, "metrics.jsonl"), "a")  # noqa: SIM115
+        self._window_start = time.perf_counter()
+        self._window_steps = 0
+        self._window_tokens = 0.0
+        self._first_logged_step: int | None = None
+
+    def push(self, step: int, metrics: dict[str, Any]) -> None:
+        """Queue `metrics` of `step` (device arrays) and process the previously queued step."""
+        previous, self._pending = self._pending, (step, metrics)
+        if previous is not None:
+            self._process(*previous)
+
+    def flush(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._process(*pending)
+        if self._file:
+            self._file.flush()
+
+    def log_eval(self, step: int, metrics: dict[str, Any]) -> None:
+        row = {"step": step, **{f"eval/{k}": v for k, v in to_host(metrics).items()}}
+        self.history.append(row)
+        if self.write:
+            self._write(row)
+            shown = " | ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "step")
+            print(f"{self.prefix}step {step} | {shown}", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        self.flush()
+        if self._file:
+            self._file.close()
+            self._file = None
+
+    def _process(self, step: int, metrics: dict[str, Any]) -> None:
+        values = to_host(metrics)
+        loss = values.get("loss")
+        if loss is not None and not math.isfinite(loss):
+            raise NonFiniteLossError(f"non-finite loss ({loss}) at step {step}; stopping the run")
+        self._window_steps += 1
+        self._window_tokens += values.get("num_tokens", 0.0)
+        row = {"step": step, **values}
+        self.history.append(row)
+        if self.write:
+            self._write(row)
+        if step % self.log_every == 0 or step == self.total_steps:
+            self._console(step, values)
+
+    def _write(self, row: dict) -> None:
+        if self._file:
+            self._file.write(json.dumps(row) + "\n")
+
+    def _console(self, step: int, values: dict[str, float]) -> None:
+        now = time.perf_counter()
+        elapsed = now - self._window_start
+        # The first window includes compilation; it is reported but not used for the ETA.
+        steps_per_s = self._window_steps / elapsed if elapsed > 0 else float("nan")
+        parts = [f"{self.prefix}step {step}/{self.total_steps}"]
+        shown = sorted(k for k in values if k not in ("loss", "num_tokens"))
+        parts += [f"{k} {values[k]:.4g}" for k in ["loss", *shown] if k in values]
+        rate = f"{steps_per_s:.2f} steps/s {steps_per_s * self.global_batch:.1f} ex/s"
+        if self._window_tokens:
+            rate += f" {self._window_tokens / elapsed:.4g} tok/s"
+        parts.append(rate)
+        if self._first_logged_step is not None and steps_per_s > 0:
+            parts.append(f"eta {format_duration((self.total_steps - step) / steps_per_s)}")
+        self._first_logged_step = self._first_logged_step or step
+        if self.write:
+            print(" | ".join(parts), file=self.stream, flush=True)
+        self._window_start, self._window_steps, self._window_tokens = now, 0, 0.0

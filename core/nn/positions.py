@@ -1,0 +1,59 @@
+"""Position encodings applied to attention queries and keys.
+
+Attention calls one entry, `apply_positions(kind, q, k, positions, base=...)`, so a model picks
+its encoding with a config string and the attention code never branches on it.
+
+Kinds:
+  "none": q and k unchanged (the model only sees order through the causal mask).
+  "rope": rotary embedding, half-split ("rotate_half", GPT-NeoX) layout: feature j is paired
+          with feature j + K/2 and the pair is rotated by angle position * base^(-2j/K).
+"""
+
+import jax.numpy as jnp
+
+POSITION_KINDS = ("none", "rope")
+
+
+def rope(x_BTHK, positions_BT, *, base: float = 10000.0):
+    """Rotates each (j, j + K/2) feature pair of x by positions * base^(-2j/K).
+
+    Angles, sines and the rotation are computed in float32 and the result is cast back to
+    x's dtype: bfloat16 angles lose integer precision above position 256.
+    """
+    K = x_BTHK.shape[-1]
+    if K % 2:
+        raise ValueError(f"rope needs an even head dim, got {K}")
+    half = K // 2
+    freqs_J = base ** (-2.0 * jnp.arange(half, dtype=jnp.float32) / K)
+    angles_BTJ = positions_BT.astype(jnp.float32)[..., None] * freqs_J
+    cos_BT1J = jnp.cos(angles_BTJ)[:, :, None, :]
+    sin_BT1J = jnp.sin(angles_BTJ)[:, :, None, :]
+    x_BTHK_f32 = x_BTHK.astype(jnp.float32)
+    x1, x2 = x_BTHK_f32[..., :half], x_BTHK_f32[..., half:]
+    out = jnp.concatenate([x1 * cos_BT1J - x2 * sin_BT1J, x2 * cos_BT1J + x1 * sin_BT1J], -1)
+    return out.astype(x_BTHK.dtype)
+
+
+def check_kind(kind: str) -> None:
+    """Raises the one-line error for an unknown encoding (shared by configs and attention)."""
+    if kind not in POSITION_KINDS:
+        raise ValueError(
+            f"unknown position encoding {kind!r}; expected one of: {', '.join(POSITION_KINDS)}"
+        )
+
+
+def apply_positions(kind: str, q_BTHK, k_BTHK, positions_BT, *, base: float = 10000.0):
+    """Encodes positions into queries and keys; returns (q_BTHK, k_BTHK).
+
+    q and k share `positions_BT` because in self-attention (with or without a KV cache) each new
+    token's query and key sit at the same position; cached keys were encoded when written.
+    """
+    check_kind(kind)
+    if kind == "none":
+        return q_BTHK, k_BTHK
+    if kind == "rope":
+        return rope(q_BTHK, positions_BT, base=base), rope(k_BTHK, positions_BT, base=base)
+    # A new kind plugs in here and in POSITION_KINDS. An input-dependent one (e.g. selective
+    # rotary, whose angles are a cumulative sum of a projection of x) also needs x and, for
+    # decoding, an angle offset carried in the KV cache; extend this signature and the cache then.
+    raise AssertionError(kind)

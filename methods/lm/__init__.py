@@ -1,0 +1,109 @@
+"""The baseline decoder-only LM on synthetic sequence tasks (copy, MQAR, parity, arithmetic).
+
+`make(config)` returns a `core.Method`; the pure functions below are usable on their own:
+
+    cfg = model_config(config)
+    params = transformer.init_params(cfg, rng)
+    loss, metrics = loss_fn(cfg, params, batch)
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core import data
+from core.method import Method
+from core.nn import transformer
+from core.precision import compute_dtype
+from methods.lm import tasks
+
+EVAL_SEED_OFFSET = 1_000_003  # held-out examples come from a seed stream training never uses
+
+
+def model_config(config) -> transformer.TransformerConfig:
+    task = make_task(config)
+    m = config.model
+    return transformer.TransformerConfig(
+        vocab_size=task.vocab_size,
+        num_layers=m.num_layers,
+        d_model=m.d_model,
+        num_heads=m.num_heads,
+        d_ff=m.d_ff,
+        max_len=max(m.max_len, task.seq_len),
+        position=m.position,
+        rope_base=m.rope_base,
+        dtype=compute_dtype(config.dtype),
+    )
+
+
+def make_task(config):
+    options = {k: v for k, v in config.task.items() if k != "name"}
+    return tasks.make_task(config.task.name, **options)
+
+
+def loss_fn(cfg, params, batch, *, rng=None, extra=None):
+    """Masked cross-entropy of `targets` given `inputs`, averaged over masked positions."""
+    del rng, extra
+    logits_BTV, _ = transformer.apply(cfg, params, batch["inputs"])
+    mask_BT = batch["mask"].astype(jnp.float32)
+    log_probs_BTV = jax.nn.log_softmax(logits_BTV)
+    nll_BT = -jnp.take_along_axis(log_probs_BTV, batch["targets"][..., None], axis=-1)[..., 0]
+    denom = jnp.maximum(mask_BT.sum(), 1.0)
+    correct_BT = (jnp.argmax(logits_BTV, -1) == batch["targets"]).astype(jnp.float32)
+    metrics = {
+        "accuracy": (correct_BT * mask_BT).sum() / denom,
+        "num_tokens": jnp.asarray(batch["inputs"].size, jnp.float32),
+    }
+    return (nll_BT * mask_BT).sum() / denom, metrics
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _correct(cfg, params, inputs_BT, targets_BT, mask_BT):
+    logits_BTV, _ = transformer.apply(cfg, params, inputs_BT)
+    correct_BT = jnp.argmax(logits_BTV, -1) == targets_BT
+    return correct_BT, mask_BT > 0
+
+
+def accuracy(cfg, params, task, *, num_examples: int, seed: int, batch_size: int = 256) -> dict:
+    """Token accuracy on masked positions and exact match of whole sequences, on held-out
+    examples of `task` (which may be longer than the training task: length generalisation)."""
+    hits, total, exact = 0.0, 0.0, 0.0
+    for start in range(0, num_examples, batch_size):
+        n = min(batch_size, num_examples - start)
+        rngs = [np.random.default_rng([seed + EVAL_SEED_OFFSET, start + j]) for j in range(n)]
+        batch = data.stack([task.example(r) for r in rngs])
+        correct, mask = jax.device_get(
+            _correct(cfg, params, batch["inputs"], batch["targets"], batch["mask"])
+        )
+        hits += float((correct & mask).sum())
+        total += float(mask.sum())
+        exact += float(np.all(correct | ~mask, axis=1).sum())
+    return {"accuracy": hits / max(total, 1.0), "exact_match": exact / num_examples}
+
+
+def make(config) -> Method:
+    cfg = model_config(config)
+    task = make_task(config)
+
+    def init(rng, batch_spec):
+        del batch_spec
+        return {"params": transformer.init_params(cfg, rng)}
+
+    def dataset(split, *, shard, seed):
+        offset = 0 if split == "train" else EVAL_SEED_OFFSET
+        return data.synthetic(
+            task.example, global_batch=config.train.batch_size, seed=seed + offset, shard=shard
+        )
+
+    def evaluate(state, *, seed):
+        return accuracy(cfg, state.params, task, num_examples=config.eval.num_examples, seed=seed)
+
+    return Method(
+        init=init,
+        loss=functools.partial(loss_fn, cfg),
+        dataset=dataset,
+        evaluate=evaluate,
+        sharding_rules=transformer.SHARDING_RULES,
+    )
