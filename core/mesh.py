@@ -84,7 +84,21 @@ def make_mesh(config, devices=None) -> Mesh:
                 f"got {len(devices)}"
             )
         ici = resolve_shape(config.shape, len(devices) // math.prod(dcn))
-    grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices=devices)
+    # TPU slices are the granules of the slow network; elsewhere (multi-node GPU) processes are.
+    by_process = not hasattr(devices[0], "slice_index")
+    granules = (
+        len({d.process_index for d in devices})
+        if by_process
+        else len({d.slice_index for d in devices})
+    )
+    if granules != math.prod(dcn):
+        kind = "processes" if by_process else "slices"
+        raise ConfigError(
+            f"mesh.dcn_shape={dcn} needs {math.prod(dcn)} {kind}, but the devices span {granules}"
+        )
+    grid = mesh_utils.create_hybrid_device_mesh(
+        ici, dcn, devices=devices, process_is_granule=by_process
+    )
     return Mesh(np.asarray(grid), axes, axis_types=axis_types)
 
 

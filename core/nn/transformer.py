@@ -3,7 +3,7 @@
     params = init_params(cfg, rng)                     # nested dict of float32 arrays
     logits_BTV, _ = apply(cfg, params, tokens_BT)      # training / scoring
     cache = init_cache(cfg, batch_size, max_len)       # decoding: prefill, then T=1 steps
-    logits_BTV, cache = apply(cfg, params, tokens_BT, positions_BT=..., key_mask_BT=..., cache=cache)
+    logits_BTV, cache = apply(cfg, params, tokens_BT, positions_BT=pos_BT, cache=cache)
 
 Architecture: token embedding -> num_layers x [RMSNorm -> causal MHA -> residual; RMSNorm ->
 SwiGLU MLP -> residual] -> RMSNorm -> untied output projection. No biases, no dropout. q, k and v

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core import data
+from core.errors import ConfigError
 from core.method import Method
 from core.nn import transformer
 from core.precision import compute_dtype
@@ -40,7 +41,10 @@ def model_config(config) -> transformer.TransformerConfig:
 
 def make_task(config):
     options = {k: v for k, v in config.task.items() if k != "name"}
-    return tasks.make_task(config.task.name, **options)
+    try:
+        return tasks.make_task(config.task.name, **options)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"task: {e}") from None
 
 
 def loss_fn(cfg, params, batch, *, rng=None, extra=None):
@@ -69,7 +73,7 @@ def _correct(cfg, params, inputs_BT, targets_BT, mask_BT):
 def accuracy(cfg, params, task, *, num_examples: int, seed: int, batch_size: int = 256) -> dict:
     """Token accuracy on masked positions and exact match of whole sequences, on held-out
     examples of `task` (which may be longer than the training task: length generalisation)."""
-    hits, total, exact = 0.0, 0.0, 0.0
+    hits, total, exact, answers = 0.0, 0.0, 0.0, 0.0
     for start in range(0, num_examples, batch_size):
         n = min(batch_size, num_examples - start)
         rngs = [np.random.default_rng([seed + EVAL_SEED_OFFSET, start + j]) for j in range(n)]
@@ -80,7 +84,12 @@ def accuracy(cfg, params, task, *, num_examples: int, seed: int, batch_size: int
         hits += float((correct & mask).sum())
         total += float(mask.sum())
         exact += float(np.all(correct | ~mask, axis=1).sum())
-    return {"accuracy": hits / max(total, 1.0), "exact_match": exact / num_examples}
+        if "answer_pos" in batch:
+            answers += float(np.take_along_axis(correct, batch["answer_pos"][:, None], 1).sum())
+    metrics = {"accuracy": hits / max(total, 1.0), "exact_match": exact / num_examples}
+    if "answer_pos" in batch:
+        metrics["answer_accuracy"] = answers / num_examples
+    return metrics
 
 
 def make(config) -> Method:
