@@ -125,7 +125,7 @@ def test_sampler_compiles_once_for_repeated_calls():
 
 @pytest.mark.parametrize(
     "top_k, top_p, temperature",
-    [(3, 1.0, 1.0), (0, 0.6, 0.7)],  # top-k + top-p: unit test
+    [(3, 1.0, 1.0), (0, 0.6, 0.7)],  # both at once: see test_filter_logits_exact_kept_sets
 )
 def test_sampled_tokens_stay_in_filtered_set(top_k, top_p, temperature):
     params, B, N = params_for(), 256, 4
