@@ -15,7 +15,7 @@ from core.errors import ConfigError
 # Task parameters, passed to methods.lm.tasks.make_task(name, **options).
 TASKS = {
     "copy": dict(length=16, num_symbols=16),
-    "mqar": dict(num_pairs=8, num_keys=32, num_values=32, num_queries=4),
+    "mqar": dict(num_pairs=4, num_keys=16, num_values=16, num_queries=4),
     "parity": dict(length=32),
     "modular": dict(modulus=7, num_terms=4),
 }

@@ -71,9 +71,11 @@ def _correct(cfg, params, inputs_BT, targets_BT, mask_BT):
 
 
 def accuracy(cfg, params, task, *, num_examples: int, seed: int, batch_size: int = 256) -> dict:
-    """Token accuracy on masked positions and exact match of whole sequences, on held-out
-    examples of `task` (which may be longer than the training task: length generalisation)."""
-    hits, total, exact, answers = 0.0, 0.0, 0.0, 0.0
+    """On held-out examples of `task` (which may be longer than the training task, to measure
+    length generalisation), with teacher forcing: token accuracy over masked positions, exact
+    match of whole sequences, and accuracy at each sequence's last masked position (for prefix
+    parity, the parity of the whole sequence)."""
+    hits, total, exact, final = 0.0, 0.0, 0.0, 0.0
     for start in range(0, num_examples, batch_size):
         n = min(batch_size, num_examples - start)
         rngs = [np.random.default_rng([seed + EVAL_SEED_OFFSET, start + j]) for j in range(n)]
@@ -84,12 +86,13 @@ def accuracy(cfg, params, task, *, num_examples: int, seed: int, batch_size: int
         hits += float((correct & mask).sum())
         total += float(mask.sum())
         exact += float(np.all(correct | ~mask, axis=1).sum())
-        if "answer_pos" in batch:
-            answers += float(np.take_along_axis(correct, batch["answer_pos"][:, None], 1).sum())
-    metrics = {"accuracy": hits / max(total, 1.0), "exact_match": exact / num_examples}
-    if "answer_pos" in batch:
-        metrics["answer_accuracy"] = answers / num_examples
-    return metrics
+        last_T = mask.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)
+        final += float(correct[np.arange(n), last_T].sum())
+    return {
+        "accuracy": hits / max(total, 1.0),
+        "exact_match": exact / num_examples,
+        "final_accuracy": final / num_examples,
+    }
 
 
 def make(config) -> Method:

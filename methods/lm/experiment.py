@@ -4,8 +4,8 @@ Each task is trained from scratch through `core.train.run` and evaluated on held
 Claims (ours, for the baseline; later methods compare against these numbers):
 - copy, multi-query associative recall and modular arithmetic with a scratchpad are learned to
   high held-out accuracy within a few hundred steps;
-- prefix parity is *not* learned by a softmax transformer with RoPE: accuracy stays near chance
-  (the failure that Selective RoPE, paper 5, addresses).
+- prefix parity is *not* learned by a softmax transformer with RoPE: the parity of the whole
+  sequence stays near chance (the failure that Selective RoPE, paper 5, addresses).
 """
 
 import dataclasses
@@ -25,30 +25,46 @@ class TaskRun:
     op: str
     target: float
     claim: str
-    overrides: dict = dataclasses.field(default_factory=dict)
+    task_options: dict = dataclasses.field(default_factory=dict)
 
 
 RUNS = (
-    TaskRun("copy", 400, 150, "exact_match", ">=", 0.95, "copying is learned"),
-    TaskRun("mqar", 600, 200, "accuracy", ">=", 0.90, "associative recall is learned"),
-    TaskRun("modular", 600, 200, "answer_accuracy", ">=", 0.90, "modular arithmetic is learned"),
-    TaskRun("parity", 400, 100, "accuracy", "<", 0.75, "RoPE transformer fails prefix parity"),
+    TaskRun("copy", 200, 100, "exact_match", ">=", 0.95, "copying is learned"),
+    TaskRun(
+        "mqar",
+        800,
+        500,
+        "exact_match",
+        ">=",
+        0.90,
+        "multi-query associative recall is learned",
+        # 4 pairs over 16 keys: learned in a few hundred steps. 8 pairs over 32 keys was still
+        # at chance (0.15) after 1000 steps of this model: an induction-head phase change that
+        # comes later than a CPU budget allows.
+        dict(num_pairs=4, num_keys=16, num_values=16, num_queries=4),
+    ),
+    # Under teacher forcing each scratchpad entry is one modular operation on the previous one;
+    # exact match requires every entry (and the repeated answer) right.
+    TaskRun("modular", 300, 300, "exact_match", ">=", 0.90, "modular arithmetic is learned"),
+    # Chance is 0.5; with 512 held-out sequences the standard error is 0.022, so 0.6 is well
+    # above what a chance-level model reaches and well below solving the task.
+    TaskRun(
+        "parity", 500, 200, "final_accuracy", "<=", 0.60, "a RoPE transformer fails prefix parity"
+    ),
 )
 
 
 def task_config(run: TaskRun, quick: bool):
     config = lm.get_config(f"task={run.task}")
-    config.model.num_layers, config.model.d_model = 2, 64
-    config.model.num_heads, config.model.d_ff = 4, 256
+    config.model.num_layers, config.model.d_model = 2, 128
+    config.model.num_heads, config.model.d_ff = 4, 512
     config.train.steps = run.quick_steps if quick else run.steps
     config.train.batch_size = 64
     config.train.log_every = max(config.train.steps // 4, 1)
     config.train.checkpoint_every = 0
-    config.optim.lr, config.optim.warmup_steps = 3e-3, 50
+    config.optim.lr, config.optim.warmup_steps = 1e-3, 50
     config.eval.num_examples = 512
-    for key, value in run.overrides.items():
-        section, field = key.split(".")
-        config[section][field] = value
+    config.task.update(run.task_options)
     return config
 
 
