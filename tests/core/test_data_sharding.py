@@ -34,7 +34,9 @@ def test_synthetic_iterator_resumes_exactly():
     expected = [next(it)["x"] for _ in range(2)]
     fresh = data.synthetic(example, global_batch=4, seed=0)
     fresh.set_state(saved)
-    np.testing.assert_array_equal(np.stack(expected), np.stack([next(fresh)["x"] for _ in range(2)]))
+    np.testing.assert_array_equal(
+        np.stack(expected), np.stack([next(fresh)["x"] for _ in range(2)])
+    )
 
 
 def test_seeds_give_different_streams():
