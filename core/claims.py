@@ -7,6 +7,7 @@ whether it holds. `launch.reproduce` prints and saves them; tests assert `holds`
 
 import dataclasses
 import operator
+import os
 from typing import Any
 
 _OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
@@ -36,6 +37,7 @@ class Report:
     wall_seconds: float = 0.0
     command: str = ""  # how to run it again
     notes: str = ""
+    figures: list[str] = dataclasses.field(default_factory=list)  # paths of PNGs it wrote
 
     @property
     def all_hold(self) -> bool:
@@ -50,6 +52,7 @@ class Report:
             "wall_seconds": self.wall_seconds,
             "command": self.command,
             "notes": self.notes,
+            "figures": self.figures,
         }
 
     def markdown(self) -> str:
@@ -67,4 +70,5 @@ class Report:
         lines += ["", f"Wall time: {self.wall_seconds:.0f} s. Command: `{self.command}`"]
         if self.notes:
             lines += ["", self.notes]
+        lines += [f"\n![{os.path.basename(f)}]({os.path.basename(f)})" for f in self.figures]
         return "\n".join(lines) + "\n"

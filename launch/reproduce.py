@@ -12,6 +12,7 @@ the paper's claims with the measured numbers and whether each holds, and writes
 import importlib
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -56,6 +57,7 @@ def reproduce(names: list[str], out: str, quick: bool) -> list:
         start = time.perf_counter()
         report = experiment.run(os.path.join(out, "workdirs", name), quick=quick)
         report.wall_seconds = time.perf_counter() - start
+        report.figures = [shutil.copy(f, out) for f in report.figures]  # beside the reports
         print_table(report)
         with open(os.path.join(out, f"{name}.json"), "w") as f:
             json.dump(report.to_dict(), f, indent=2)

@@ -13,6 +13,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from core.errors import ConfigError
+from core.metrics import NonFiniteLossError
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/<slug>.py[:arg]).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where checkpoints and metrics.jsonl go.")
@@ -37,7 +38,7 @@ def main(argv):
     config = _CONFIG.value
     try:
         result = train.run(config, methods.make(config), _WORKDIR.value)
-    except ConfigError as e:
+    except (ConfigError, NonFiniteLossError) as e:
         sys.exit(f"error: {e}")
     if jax.process_index() == 0:
         last = {k: v for k, v in result.history[-1].items()} if result.history else {}

@@ -9,6 +9,7 @@ Claims (ours, for the baseline; later methods compare against these numbers):
 """
 
 import dataclasses
+import os
 
 from configs import lm
 from core import train
@@ -68,8 +69,25 @@ def task_config(run: TaskRun, quick: bool):
     return config
 
 
+def plot_losses(curves: dict[str, list[float]], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for task, losses in curves.items():
+        ax.plot(range(1, len(losses) + 1), losses, label=task)
+    ax.set(xlabel="step", ylabel="train loss (masked cross-entropy)", yscale="log")
+    ax.set_title("LM baseline on synthetic tasks")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def run(workdir: str, *, quick: bool = False) -> Report:
-    claims, metrics = [], {}
+    claims, metrics, curves = [], {}, {}
     for task_run in RUNS:
         config = task_config(task_run, quick)
         print(f"-- lm/{task_run.task}: {config.train.steps} steps", flush=True)
@@ -77,6 +95,7 @@ def run(workdir: str, *, quick: bool = False) -> Report:
         evals = [row for row in result.history if any(k.startswith("eval/") for k in row)]
         final = {k.removeprefix("eval/"): v for k, v in evals[-1].items() if k != "step"}
         metrics[task_run.task] = {**final, "steps": config.train.steps}
+        curves[task_run.task] = [row["loss"] for row in result.history if "loss" in row]
         claims.append(
             Claim(
                 text=task_run.claim,
@@ -86,8 +105,11 @@ def run(workdir: str, *, quick: bool = False) -> Report:
                 target=task_run.target,
             )
         )
+    figure = os.path.join(workdir, "lm_loss_curves.png")
+    plot_losses(curves, figure)
     return Report(
         method="lm",
+        figures=[figure],
         claims=claims,
         metrics=metrics,
         command="python -m launch.reproduce --methods=lm" + (" --quick" if quick else ""),
