@@ -1,38 +1,102 @@
-"""Orbax checkpoints of the train state, the data iterator and the config.
+"""Orbax checkpoints of the train state, the data iterator and the config, with integrity checks.
 
 A run's workdir holds `checkpoints/<step>/{state,data_iter,config}`. Restarting a run with the
-same workdir restores the latest step into the current mesh's shardings (the saved layout does not
-have to match) and puts the data iterator back where it was, so the resumed run sees the same
-batches. Saves are asynchronous: `save` returns once the arrays are copied off the device.
+same workdir restores the newest *good* step into the current mesh's shardings (the saved layout
+does not have to match) and puts the data iterator back where it was, so the resumed run sees
+the same batches. Saves are asynchronous: `save` returns once the arrays are copied off the
+device.
+
+Integrity. Orbax writes a step into a temporary directory and renames it when complete, so a
+crash mid-save never leaves a half-written step in place. What it cannot see is damage after
+the fact (a truncated copy, a garbled file). So once a step is finalised, the primary process
+writes `SHA256SUMS.json` into it (before orbax renames it into place, so the digests are
+committed with the step). On restore a step whose files do not match is reported, moved aside to
+`checkpoints/damaged/` (kept, not deleted) and the next older step is tried. Old steps are pruned
+only once a newer one is committed, so a good checkpoint is never deleted before its successor
+is complete.
 
 The data iterator's state is saved as JSON (`get_state()`/`set_state()`, as grain's iterators
 provide). It is written once, by the primary process: `core.data.synthetic` keeps the same state
 (a batch index) on every process, so one copy resumes them all.
 """
 
+import hashlib
+import json
 import os
+import shutil
+import time
+import warnings
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
+
+from core.errors import ConfigError
+
+MANIFEST = "SHA256SUMS.json"
+DAMAGED = "damaged"
+# Orbax rewrites these when it commits a step (after our digests are taken); a broken one makes
+# orbax's own restore fail, which the fallback handles the same way.
+_WRITTEN_AT_COMMIT = {MANIFEST, "_CHECKPOINT_METADATA", "commit_success.txt"}
+
+
+class DamagedCheckpointWarning(UserWarning):
+    pass
 
 
 def _is_checkpointable(iterator) -> bool:
     return hasattr(iterator, "get_state") and hasattr(iterator, "set_state")
 
 
+def _files(directory: epath.Path):
+    for path in directory.iterdir():  # epath has no rglob on cloud storage; walk by hand
+        if path.is_dir():
+            yield from _files(path)
+        elif path.name not in _WRITTEN_AT_COMMIT:
+            yield path
+
+
+def _digests(step_dir: epath.Path) -> dict[str, str]:
+    out = {}
+    for path in sorted(_files(step_dir)):
+        digest = hashlib.sha256()
+        with path.open("rb") as f:
+            for chunk in iter(lambda f=f: f.read(1 << 20), b""):
+                digest.update(chunk)
+        out[str(path.relative_to(step_dir))] = digest.hexdigest()
+    return out
+
+
+def _barrier(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
+
+
 class Checkpointer:
     def __init__(self, directory: str, *, max_to_keep: int = 2, async_save: bool = True):
-        self.directory = os.path.abspath(directory)
+        self.directory = epath.Path(os.path.abspath(directory))
+        self.max_to_keep = max_to_keep
+        self._async = async_save
+        self._sealing: int | None = None
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True
+            max_to_keep=None,  # pruning is ours: only once a newer step is committed
+            enable_async_checkpointing=async_save,
+            create=True,
+            cleanup_tmp_directories=True,  # half-written saves of a killed run
+            async_options=(
+                ocp.AsyncOptions(post_finalization_callback=self._seal_pending)
+                if async_save
+                else None
+            ),
         )
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_names=("state", "data_iter", "config")
         )
 
-    def latest_step(self) -> int | None:
-        return self._manager.latest_step()
+    # -- saving ---------------------------------------------------------------------------
 
     def save(self, step: int, state: Any, data_iter=None, config: dict | None = None) -> None:
         items = {"state": ocp.args.StandardSave(state)}
@@ -40,11 +104,74 @@ class Checkpointer:
             items["data_iter"] = ocp.args.JsonSave(data_iter.get_state())
         if config is not None:
             items["config"] = ocp.args.JsonSave(config)
+        self._manager.wait_until_finished()  # the previous step is committed now...
+        self._prune()  # ...so older ones may go
+        self._sealing = step
         self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+        if not self._async:
+            self._seal(self.directory / str(step))
+
+    def _seal_pending(self) -> None:
+        """Orbax calls this once the pending step's files are final but before the temporary
+        directory is renamed into place: the digests are committed with the step."""
+        step, self._sealing = self._sealing, None
+        if step is None or jax.process_index() != 0:
+            return
+        tmp = [p for p in self.directory.iterdir() if p.name.startswith(f"{step}.orbax-")]
+        if len(tmp) != 1:
+            warnings.warn(f"step {step}: no unique temporary directory to seal", stacklevel=1)
+            return
+        self._seal(tmp[0])
+
+    def _seal(self, step_dir: epath.Path) -> None:
+        if jax.process_index() != 0:
+            return
+        try:
+            (step_dir / MANIFEST).write_text(json.dumps(_digests(step_dir), indent=0))
+        except OSError as e:  # the step itself is complete; only its later check is lost
+            warnings.warn(f"could not write {MANIFEST} in {step_dir}: {e}", stacklevel=1)
+
+    def _prune(self) -> None:
+        """Keep the newest `max_to_keep` committed steps (committed = renamed into place)."""
+        if jax.process_index() != 0:
+            return
+        steps = self._steps_on_disk()
+        for old in steps[: max(len(steps) - self.max_to_keep, 0)]:
+            shutil.rmtree(self.directory / str(old), ignore_errors=True)
+
+    # -- restoring ------------------------------------------------------------------------
+
+    def _steps_on_disk(self) -> list[int]:
+        if not self.directory.exists():
+            return []
+        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
+
+    def latest_step(self) -> int | None:
+        self._manager.reload()
+        return self._manager.latest_step()
+
+    def verify(self, step: int) -> str | None:
+        """None if `step` matches its digests (or predates sealing), else what is wrong."""
+        step_dir = self.directory / str(step)
+        manifest = step_dir / MANIFEST
+        if not manifest.exists():
+            return None  # finalised but killed before sealing: orbax's own checks decide
+        try:
+            expected = json.loads(manifest.read_text())
+        except (OSError, ValueError) as e:
+            return f"unreadable {MANIFEST}: {e}"
+        actual = _digests(step_dir)
+        missing = sorted(set(expected) - set(actual))
+        if missing:
+            return f"missing file {missing[0]}"
+        changed = sorted(k for k in expected if expected[k] != actual[k])
+        if changed:
+            return f"{len(changed)} file(s) differ from their digest, e.g. {changed[0]}"
+        return None
 
     def restore(self, abstract_state: Any, data_iter=None, step: int | None = None) -> Any:
-        """Restore into `abstract_state` (ShapeDtypeStructs carrying target shardings); the
-        data iterator, if given and checkpointable, is restored in place."""
+        """Restore `step` into `abstract_state` (ShapeDtypeStructs carrying target shardings);
+        the data iterator, if given and checkpointable, is restored in place."""
         step = self.latest_step() if step is None else step
         items = {"state": ocp.args.StandardRestore(abstract_state)}
         if data_iter is not None and _is_checkpointable(data_iter):
@@ -54,20 +181,53 @@ class Checkpointer:
             data_iter.set_state(restored["data_iter"])
         return restored["state"]
 
+    def restore_latest_good(self, abstract_state: Any, data_iter=None) -> Any | None:
+        """Restore the newest step that verifies and loads; damaged ones are moved aside with a
+        warning. None if there is no checkpoint; ConfigError if every one is damaged."""
+        steps = sorted(self._steps_on_disk(), reverse=True)
+        for step in steps:
+            problem = self.verify(step)
+            if problem is None:
+                try:
+                    return self.restore(abstract_state, data_iter, step)
+                except Exception as e:  # orbax/tensorstore raise many types on bad data
+                    problem = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            self._set_aside(step, problem)
+        if steps:
+            raise ConfigError(
+                f"no usable checkpoint in {self.directory}: all {len(steps)} are damaged "
+                f"(moved to {self.directory / DAMAGED}); remove the workdir to start afresh"
+            )
+        return None
+
+    def _set_aside(self, step: int, problem: str) -> None:
+        target = self.directory / DAMAGED / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+        _barrier(f"checkpoint-verify-{step}")  # every process has judged the step first
+        if jax.process_index() == 0:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            (self.directory / str(step)).rename(target)
+        _barrier(f"checkpoint-aside-{step}")
+        self._manager.reload()
+        warnings.warn(
+            f"checkpoint step {step} in {self.directory} is damaged ({problem}); "
+            f"moved it to {target} and trying an older one",
+            DamagedCheckpointWarning,
+            stacklevel=3,
+        )
+
     def saved_config(self, step: int | None = None) -> dict | None:
         step = self.latest_step() if step is None else step
         if step is None:
             return None
-        restored = self._manager.restore(
-            step, args=ocp.args.Composite(config=ocp.args.JsonRestore())
-        )
-        return restored["config"]
+        args = ocp.args.Composite(config=ocp.args.JsonRestore())
+        return self._manager.restore(step, args=args)["config"]
 
     def wait(self) -> None:
         self._manager.wait_until_finished()
 
     def close(self) -> None:
         self._manager.wait_until_finished()
+        self._prune()
         self._manager.close()
 
 

@@ -56,7 +56,9 @@ class MetricsLogger:
         self._pending: tuple[int, dict] | None = None
         self._file = None
         if workdir is not None and write:
-            self._file = open(os.path.join(workdir, "metrics.jsonl"), "a")  # noqa: SIM115
+            # Line-buffered: each row reaches the file as it is read, so a killed run loses none.
+            path = os.path.join(workdir, "metrics.jsonl")
+            self._file = open(path, "a", buffering=1)  # noqa: SIM115
         self._window_start = time.perf_counter()
         self._window_steps = 0
         self._window_tokens = 0.0

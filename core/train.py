@@ -20,11 +20,13 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from core import data, optim, sharding
+from core import workdir as workdir_lib
 from core.checkpoint import Checkpointer, abstract_with_shardings
 from core.errors import ConfigError
 from core.mesh import make_mesh
 from core.method import Method
 from core.metrics import MetricsLogger
+from core.preemption import PreemptionWatcher
 from core.state import TrainState
 from core.steps import gradient_step
 
@@ -50,6 +52,7 @@ class Session:
 class RunResult:
     state: TrainState
     history: list[dict[str, float]]  # one row per step (+ eval rows), as written to JSONL
+    preempted: bool = False  # stopped early by SIGTERM, after saving a checkpoint
 
 
 def _make_state_fn(method: Method, tx, batch_spec, seed: int) -> Callable[[], TrainState]:
@@ -128,20 +131,29 @@ def check_workdir(workdir: str) -> None:
         raise ConfigError(f"workdir {workdir!r} is not writable: {e.strerror or e}") from None
 
 
-def run(config, method: Method, workdir: str, *, devices=None) -> RunResult:
-    """Train `method` for `config.train.steps`, resuming from `workdir` if it holds a checkpoint."""
+def run(
+    config, method: Method, workdir: str, *, devices=None, allow_config_change: bool = False
+) -> RunResult:
+    """Train `method` for `config.train.steps`, resuming from `workdir` if it holds a checkpoint.
+
+    SIGTERM (preemption) saves a checkpoint at the current step and returns early with
+    `preempted=True`; the same call later continues from there.
+    """
     check_workdir(workdir)
+    is_main = jax.process_index() == 0
+    config_json = config.to_dict()
+    workdir_lib.check_and_record_config(
+        workdir, config_json, allow_change=allow_config_change, write=is_main
+    )
     session = init(config, method, devices=devices)
     train = config.train
-    is_main = jax.process_index() == 0
     ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=train.keep_checkpoints)
-    state = session.state
-    if ckpt.latest_step() is not None:
-        target = abstract_with_shardings(state, session.state_shardings)
-        state = ckpt.restore(target, session.data_iter)
-        if is_main:
-            print(f"resumed from {ckpt.directory} at step {int(state.step)}", flush=True)
+    target = abstract_with_shardings(session.state, session.state_shardings)
+    state = ckpt.restore_latest_good(target, session.data_iter) or session.state
     start = int(state.step)
+    if start and is_main:
+        workdir_lib.rewind_metrics(workdir, start)
+        print(f"resumed from {ckpt.directory}/{start}", flush=True)
     logger = MetricsLogger(
         workdir,
         total_steps=train.steps,
@@ -149,23 +161,35 @@ def run(config, method: Method, workdir: str, *, devices=None) -> RunResult:
         log_every=train.log_every,
         write=is_main,
     )
-    config_json = config.to_dict()
+    watcher = PreemptionWatcher()
+    step, preempted = start, False
+    evaluate = session.method.evaluate
     try:
         for step in range(start + 1, train.steps + 1):
             state, metrics = session.step(state, session.next_batch())
             logger.push(step, metrics)
-            if train.checkpoint_every and (step % train.checkpoint_every == 0):
+            if train.checkpoint_every and step % train.checkpoint_every == 0:
                 ckpt.save(step, state, session.data_iter, config_json)
-            if session.method.evaluate and train.eval_every > 0 and step % train.eval_every == 0:
+            if evaluate and train.eval_every > 0 and step % train.eval_every == 0:
                 logger.flush()
-                logger.log_eval(step, session.method.evaluate(state, seed=config.seed))
+                logger.log_eval(step, evaluate(state, seed=config.seed))
+            if step < train.steps and watcher.should_stop(step):
+                preempted = True
+                break
         logger.flush()
-        if train.checkpoint_every and ckpt.latest_step() != train.steps and start < train.steps:
-            ckpt.save(train.steps, state, session.data_iter, config_json)
-        periodic_eval_done = train.eval_every > 0 and train.steps % train.eval_every == 0
-        if session.method.evaluate and train.eval_every >= 0 and not periodic_eval_done:
-            logger.log_eval(train.steps, session.method.evaluate(state, seed=config.seed))
+        if step > start and ckpt.latest_step() != step and (preempted or train.checkpoint_every):
+            ckpt.save(step, state, session.data_iter, config_json)
+        if preempted and is_main:
+            print(f"preempted: checkpoint saved at step {step}; rerun to continue", flush=True)
+        elif (
+            not preempted
+            and evaluate
+            and train.eval_every >= 0
+            and not (train.eval_every > 0 and train.steps % train.eval_every == 0)
+        ):
+            logger.log_eval(train.steps, evaluate(state, seed=config.seed))
     finally:
+        watcher.close()
         logger.close()
         ckpt.close()
-    return RunResult(state=state, history=logger.history)
+    return RunResult(state=state, history=logger.history, preempted=preempted)

@@ -1,0 +1,36 @@
+"""Preemption: SIGTERM asks the run to checkpoint at the current step and exit cleanly.
+
+One process: our own SIGTERM handler sets a flag that the loop reads between steps. Several
+processes: JAX's distributed runtime owns the notice (its preemption service catches SIGTERM
+and agrees with every process on one step to stop at), read through
+`multihost_utils.reached_preemption_sync_point`, so all processes save the same step.
+"""
+
+import signal
+import threading
+
+import jax
+from jax.experimental import multihost_utils
+
+
+class PreemptionWatcher:
+    def __init__(self):
+        self._requested = threading.Event()
+        self._previous = None
+        self._multi = jax.process_count() > 1
+        if not self._multi and threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame):
+        del signum, frame
+        self._requested.set()
+
+    def should_stop(self, step: int) -> bool:
+        if self._multi:
+            return multihost_utils.reached_preemption_sync_point(step)
+        return self._requested.is_set()
+
+    def close(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None

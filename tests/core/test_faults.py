@@ -1,0 +1,262 @@
+"""Surviving faults: SIGKILL and exact resume, SIGTERM preemption, damaged checkpoints,
+workdir/config safety. The kill tests drive `python -m launch.train` as a user's job would."""
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+import methods
+from core import train
+from core.checkpoint import MANIFEST, Checkpointer, DamagedCheckpointWarning
+from core.errors import ConfigError
+from tests.core.test_train import lm_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STEPS, EVERY = 1500, 100
+ARGS = [
+    "--config=configs/lm.py:size=smoke,task=copy,mesh=cpu",
+    f"--config.train.steps={STEPS}",
+    f"--config.train.checkpoint_every={EVERY}",
+    "--config.train.log_every=500",
+    "--config.train.eval_every=-1",
+    "--config.task.length=8",
+]
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "1"}
+
+
+def start(workdir) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "launch.train", *ARGS, f"--workdir={workdir}"]
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def last_step(workdir) -> int:
+    try:
+        with open(os.path.join(workdir, "metrics.jsonl")) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return 0
+    for line in reversed(lines):
+        try:
+            return json.loads(line)["step"]
+        except ValueError:
+            continue  # a partial line being written
+    return 0
+
+
+def run_until(workdir, step: int, sig: int, timeout: float = 120) -> tuple[int, str]:
+    """Start the job, send `sig` once it has logged `step`; return (returncode, output)."""
+    proc = start(workdir)
+    try:
+        deadline = time.monotonic() + timeout
+        while last_step(workdir) < step:
+            assert proc.poll() is None, f"finished before step {step}:\n{proc.stdout.read()}"
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.005)
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def run_to_end(workdir) -> str:
+    proc = start(workdir)
+    try:
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    return out
+
+
+def losses(workdir) -> list[tuple[int, float]]:
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return [(r["step"], r["loss"]) for r in rows if "loss" in r]
+
+
+def final_params(workdir):
+    path = os.path.join(workdir, "checkpoints", str(STEPS), "state")
+    return ocp.StandardCheckpointer().restore(path)["params"]
+
+
+def assert_bitwise_equal(a, b):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("uninterrupted")
+    run_to_end(workdir)
+    return workdir
+
+
+def test_three_sigkills_lose_nothing(tmp_path, uninterrupted):
+    rng = random.Random(0)
+    workdir = tmp_path / "killed"
+    kills = []
+    for _ in range(3):
+        resume_from = Checkpointer(str(workdir / "checkpoints")).latest_step() or 0
+        # A random step after the first checkpoint (and after where this attempt resumes).
+        target = rng.randint(max(EVERY, resume_from) + 1, STEPS - 200)
+        code, out = run_until(workdir, target, signal.SIGKILL)
+        assert code == -signal.SIGKILL, out
+        if resume_from:
+            assert f"resumed from {workdir / 'checkpoints'}/{resume_from}" in out
+        kills.append(last_step(workdir))
+    assert kills == sorted(kills)
+    run_to_end(workdir)
+    # Same data order and per-step randomness: bitwise the uninterrupted run.
+    assert losses(workdir) == losses(uninterrupted)
+    assert_bitwise_equal(final_params(workdir), final_params(uninterrupted))
+
+
+def test_sigterm_checkpoints_the_current_step_and_exits_cleanly(tmp_path, uninterrupted):
+    workdir = tmp_path / "preempted"
+    code, out = run_until(workdir, 2 * EVERY + 37, signal.SIGTERM)
+    assert code == 0, out
+    stopped = int(out.split("checkpoint saved at step ")[1].split(";")[0])
+    assert stopped > 2 * EVERY + 37 and stopped % EVERY  # not a regular checkpoint step
+    assert Checkpointer(str(workdir / "checkpoints")).latest_step() == stopped
+    out = run_to_end(workdir)
+    assert f"resumed from {workdir / 'checkpoints'}/{stopped}" in out
+    assert losses(workdir) == losses(uninterrupted)
+    assert_bitwise_equal(final_params(workdir), final_params(uninterrupted))
+
+
+def short_config():
+    config = lm_config(steps=12)
+    config.train.checkpoint_every = 4
+    config.train.keep_checkpoints = 3
+    return config
+
+
+def damage(step_dir, how: str) -> None:
+    files = [
+        os.path.join(root, f)
+        for root, _, names in os.walk(step_dir)
+        for f in names
+        if f != MANIFEST
+    ]
+    victim = max(files, key=os.path.getsize)  # the array data
+    if how == "truncate":
+        with open(victim, "r+b") as f:
+            f.truncate(os.path.getsize(victim) // 2)
+    else:
+        with open(victim, "r+b") as f:
+            f.seek(os.path.getsize(victim) // 2)
+            f.write(b"\x5a" * 16)
+
+
+@pytest.mark.parametrize(
+    "how, sealed, reason",
+    [
+        ("truncate", True, "differ from their digest"),
+        ("garble", True, "differ from their digest"),
+        # Killed between orbax's commit and nothing else: no digests, orbax's read fails.
+        ("truncate", False, "Error"),
+    ],
+)
+def test_damaged_latest_checkpoint_falls_back_to_the_previous(tmp_path, how, sealed, reason):
+    config = short_config()
+    full = train.run(config, methods.make(config), str(tmp_path / "full"))
+    workdir = tmp_path / "damaged"
+    train.run(config, methods.make(config), str(workdir))
+    ckpt_dir = workdir / "checkpoints"
+    damage(ckpt_dir / "12", how)
+    if not sealed:
+        os.remove(ckpt_dir / "12" / MANIFEST)
+
+    with pytest.warns(DamagedCheckpointWarning, match=f"checkpoint step 12 .* damaged .*{reason}"):
+        resumed = train.run(config, methods.make(config), str(workdir))
+    assert [r["step"] for r in resumed.history if "loss" in r] == [9, 10, 11, 12]
+    assert_bitwise_equal(resumed.state.params, full.state.params)
+    # The damaged step is kept for inspection, not deleted.
+    assert len(os.listdir(ckpt_dir / "damaged")) == 1
+
+
+def test_no_good_checkpoint_is_a_clear_error(tmp_path):
+    config = short_config()
+    train.run(config, methods.make(config), str(tmp_path))
+    for step in (4, 8, 12):
+        damage(tmp_path / "checkpoints" / str(step), "garble")
+    with pytest.warns(DamagedCheckpointWarning), pytest.raises(ConfigError) as e:
+        train.run(config, methods.make(config), str(tmp_path))
+    assert "no usable checkpoint" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_good_checkpoint_survives_until_its_successor_is_committed(tmp_path, monkeypatch):
+    config = short_config()
+    config.train.keep_checkpoints = 1
+    config.train.steps = 8
+    train.run(config, methods.make(config), str(tmp_path / "a"))
+    assert sorted(os.listdir(tmp_path / "a" / "checkpoints")) == ["8"]
+
+    # Now every save dies before it is committed (as if the process were killed mid-save):
+    # the step that was there stays, though keep_checkpoints=1 and newer steps were attempted.
+    def dies(self, step, *args, **kwargs):
+        self._prune()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Checkpointer, "save", lambda self, step, *a, **k: dies(self, step))
+    config.train.steps = 16
+    with pytest.raises(KeyboardInterrupt):
+        train.run(config, methods.make(config), str(tmp_path / "a"), allow_config_change=True)
+    assert sorted(os.listdir(tmp_path / "a" / "checkpoints")) == ["8"]
+    assert Checkpointer(str(tmp_path / "a" / "checkpoints")).verify(8) is None
+
+
+def test_sealed_steps_carry_digests_and_old_steps_are_pruned(tmp_path):
+    config = short_config()  # checkpoints at 4, 8, 12; keep 3 -> all; keep 2 -> 8, 12
+    config.train.keep_checkpoints = 2
+    train.run(config, methods.make(config), str(tmp_path))
+    ckpt_dir = tmp_path / "checkpoints"
+    assert sorted(os.listdir(ckpt_dir)) == ["12", "8"]
+    for step in (8, 12):
+        digests = json.loads((ckpt_dir / str(step) / MANIFEST).read_text())
+        assert any(name.startswith("state/") for name in digests)
+        assert Checkpointer(str(ckpt_dir)).verify(step) is None
+
+
+def test_workdir_with_another_config_is_refused(tmp_path):
+    config = short_config()
+    config.train.checkpoint_every = 0
+    train.run(config, methods.make(config), str(tmp_path))
+    changed = short_config()
+    changed.train.checkpoint_every = 0
+    changed.optim.lr = 0.5
+    changed.task.length = 9
+    with pytest.raises(ConfigError) as e:
+        train.run(changed, methods.make(changed), str(tmp_path))
+    message = str(e.value)
+    assert "\n" not in message
+    assert "optim.lr: 0.001 -> 0.5" in message and "task.length: 8 -> 9" in message
+    train.run(changed, methods.make(changed), str(tmp_path), allow_config_change=True)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["optim"]["lr"] == 0.5
+    assert len(os.listdir(tmp_path / "runs")) == 2  # the config of every run is kept
+
+
+def test_config_json_garbage_is_a_clear_error(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    config = short_config()
+    with pytest.raises(ConfigError, match="config.json is not valid JSON"):
+        train.run(config, methods.make(config), str(tmp_path))
+    shutil.rmtree(tmp_path)
