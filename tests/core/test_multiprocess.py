@@ -2,9 +2,11 @@
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -63,3 +65,70 @@ def test_two_processes_match_one_process(tmp_path):
 
     for path, leaf in ref_leaves:
         np.testing.assert_allclose(p0[path_str(path)], np.asarray(leaf), atol=1e-5)
+
+
+def start_pair(workdir, port, steps, log_dir, tag):
+    args = [
+        "--config=configs/lm.py:size=smoke,task=copy,mesh=cpu",
+        f"--config.train.steps={steps}",
+        "--config.train.checkpoint_every=1000",
+        "--config.train.eval_every=-1",
+        "--config.task.length=8",
+        f"--workdir={workdir}",
+        "--multihost",
+        f"--coordinator_address=127.0.0.1:{port}",
+        "--num_processes=2",
+    ]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "4"}
+    procs = []
+    for pid in range(2):
+        log = open(log_dir / f"{tag}{pid}.txt", "w")  # noqa: SIM115
+        cmd = [sys.executable, "-m", "launch.train", *args, f"--process_id={pid}"]
+        procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=log))
+    return procs
+
+
+def stop_all(procs):
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.multiprocess
+def test_sigterm_to_one_process_stops_both_at_the_same_step(tmp_path):
+    from tests.core.test_faults import last_step, losses
+
+    steps = 200
+    workdir = tmp_path / "run"
+    procs = start_pair(workdir, free_port(), steps, tmp_path, "first")
+    try:
+        deadline = time.monotonic() + 180
+        while last_step(workdir) < 10:
+            assert all(p.poll() is None for p in procs), "a process ended early"
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.01)
+        # The scheduler's notice may reach one host only: JAX's preemption service agrees a
+        # step with the others.
+        procs[1].send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=120)
+    finally:
+        stop_all(procs)
+    logs = [(tmp_path / f"first{pid}.txt").read_text() for pid in range(2)]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-2000:] + logs[1][-2000:]
+    stopped = int(logs[0].split("checkpoint saved at step ")[1].split(";")[0])
+    assert 10 <= stopped < steps
+    assert sorted(os.listdir(workdir / "checkpoints")) == [str(stopped)]
+
+    procs = start_pair(workdir, free_port(), steps, tmp_path, "second")
+    try:
+        for p in procs:
+            p.wait(timeout=240)
+    finally:
+        stop_all(procs)
+    second = (tmp_path / "second0.txt").read_text()
+    assert [p.returncode for p in procs] == [0, 0], second[-3000:]
+    assert f"resumed from {workdir / 'checkpoints'}/{stopped}" in second
+    rows = losses(workdir)
+    assert [s for s, _ in rows] == list(range(1, steps + 1))  # nothing lost, nothing doubled
