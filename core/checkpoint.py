@@ -155,7 +155,9 @@ class Checkpointer:
         step_dir = self.directory / str(step)
         manifest = step_dir / MANIFEST
         if not manifest.exists():
-            return None  # finalised but killed before sealing: orbax's own checks decide
+            # Committed steps carry digests; only a failed digest write (warned at the time)
+            # or a step made by other tools lacks them. Orbax's own checks then decide.
+            return None
         try:
             expected = json.loads(manifest.read_text())
         except (OSError, ValueError) as e:

@@ -123,15 +123,20 @@ class RMSNorm(nnx.Module):
         return (x * self.scale[...].astype(jnp.float32)).astype(self.dtype)
 
 
+def _dense_factory(cfg: TransformerConfig, rngs: nnx.Rngs):
+    """Bias-free linear layers in the config's compute and parameter dtypes."""
+    return functools.partial(
+        nnx.Linear,
+        use_bias=False,
+        dtype=jnp.dtype(cfg.dtype),
+        param_dtype=jnp.dtype(cfg.param_dtype),
+        rngs=rngs,
+    )
+
+
 class Attention(nnx.Module):
     def __init__(self, cfg: TransformerConfig, rngs: nnx.Rngs):
-        dense = functools.partial(
-            nnx.Linear,
-            use_bias=False,
-            dtype=jnp.dtype(cfg.dtype),
-            param_dtype=jnp.dtype(cfg.param_dtype),
-            rngs=rngs,
-        )
+        dense = _dense_factory(cfg, rngs)
         D = cfg.d_model
         self.q, self.k, self.v, self.o = dense(D, D), dense(D, D), dense(D, D), dense(D, D)
         self.cfg = cfg
@@ -183,13 +188,7 @@ class SwiGLU(nnx.Module):
     matches a 4x GELU MLP's parameter count."""
 
     def __init__(self, cfg: TransformerConfig, rngs: nnx.Rngs):
-        dense = functools.partial(
-            nnx.Linear,
-            use_bias=False,
-            dtype=jnp.dtype(cfg.dtype),
-            param_dtype=jnp.dtype(cfg.param_dtype),
-            rngs=rngs,
-        )
+        dense = _dense_factory(cfg, rngs)
         self.gate = dense(cfg.d_model, cfg.d_ff)
         self.up = dense(cfg.d_model, cfg.d_ff)
         self.down = dense(cfg.d_ff, cfg.d_model)
