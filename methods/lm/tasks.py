@@ -56,18 +56,12 @@ def _next_token(seq: np.ndarray, mask: np.ndarray, **extra: np.ndarray) -> Batch
 
 
 class _Task:
-    """Shared ``example`` / ``batch`` plumbing; subclasses implement ``_batch``."""
-
-    def _batch(self, rng: np.random.Generator, n: int) -> Batch:
-        raise NotImplementedError
-
-    def batch(self, rng: np.random.Generator, n: int) -> Batch:
-        """``n`` examples stacked on a leading axis (vectorised)."""
-        return self._batch(rng, n)
+    """Shared ``example``; each task implements ``batch(rng, n)``: ``n`` examples stacked on a
+    leading axis, generated vectorised."""
 
     def example(self, rng: np.random.Generator) -> Batch:
         """One example: ``batch(rng, 1)`` without the leading axis."""
-        return {k: np.array(v[0]) for k, v in self._batch(rng, 1).items()}
+        return {k: np.array(v[0]) for k, v in self.batch(rng, 1).items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,7 +102,7 @@ class Copy(_Task):
     def seq_len(self) -> int:
         return 2 * self.length + 2
 
-    def _batch(self, rng: np.random.Generator, n: int) -> Batch:
+    def batch(self, rng: np.random.Generator, n: int) -> Batch:
         src = self.FIRST_SYMBOL + rng.integers(0, self.num_symbols, size=(n, self.length))
         L = _lengths(rng, n, self.min_length, self.length)
         t = np.arange(self.seq_len)[None, :]
@@ -166,7 +160,7 @@ class AssociativeRecall(_Task):
     def seq_len(self) -> int:
         return 2 * (self.num_pairs + self.num_queries)
 
-    def _batch(self, rng: np.random.Generator, n: int) -> Batch:
+    def batch(self, rng: np.random.Generator, n: int) -> Batch:
         P, Q = self.num_pairs, self.num_queries
         keys = rng.permuted(np.tile(np.arange(self.num_keys), (n, 1)), axis=1)[:, :P]
         keys = self.FIRST_KEY + keys
@@ -216,7 +210,7 @@ class PrefixParity(_Task):
     def seq_len(self) -> int:
         return self.length
 
-    def _batch(self, rng: np.random.Generator, n: int) -> Batch:
+    def batch(self, rng: np.random.Generator, n: int) -> Batch:
         bits = rng.integers(0, 2, size=(n, self.length))
         real = np.arange(self.length)[None, :] < _lengths(rng, n, self.min_length, self.length)
         parity = np.cumsum(bits, axis=1) % 2
@@ -277,7 +271,7 @@ class ModularArithmetic(_Task):
     def answer_pos(self) -> int:
         return self.seq_len - 3
 
-    def _batch(self, rng: np.random.Generator, n: int) -> Batch:
+    def batch(self, rng: np.random.Generator, n: int) -> Batch:
         N, p = self.num_terms, self.modulus
         nums = rng.integers(0, p, size=(n, N))
         op_idx = rng.integers(0, len(self.ops), size=(n, N - 1))
