@@ -1,0 +1,80 @@
+"""core.steps combinators and core.optim schedules."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from configs.common import base_config
+from core import optim
+from core.errors import ConfigError
+from core.state import TrainState
+from core.steps import gradient_step, microbatched, with_ema
+
+
+def mse(params, batch, *, rng, extra):
+    del rng, extra
+    err_B = batch["x"] @ params["w"] - batch["y"]
+    return jnp.mean(err_B**2), {"num_tokens": jnp.float32(err_B.size), "max": jnp.max(err_B)}
+
+
+def data():
+    x = jax.random.normal(jax.random.PRNGKey(0), (16, 3))
+    return {"x": x, "y": x @ jnp.array([1.0, -2.0, 0.5])}, {"w": jnp.array([0.3, 0.1, -0.2])}
+
+
+def test_microbatched_gradient_equals_the_full_batch_gradient():
+    batch, params = data()
+    rng = jax.random.PRNGKey(1)
+    full = jax.grad(lambda p: mse(p, batch, rng=rng, extra={})[0])(params)
+    loss4 = microbatched(mse, 4)
+    value4, metrics4 = loss4(params, batch, rng=rng, extra={})
+    grad4 = jax.grad(lambda p: loss4(p, batch, rng=rng, extra={})[0])(params)
+    # Equal-size microbatches: the mean of means is the mean; float32 summation order only.
+    np.testing.assert_allclose(grad4["w"], full["w"], rtol=1e-5)
+    np.testing.assert_allclose(value4, mse(params, batch, rng=rng, extra={})[0], rtol=1e-6)
+    assert float(metrics4["num_tokens"]) == 16  # counts add up, they are not averaged
+
+
+def test_microbatches_must_divide_the_batch():
+    batch, params = data()
+    with pytest.raises(ConfigError, match="not divisible into 5 microbatches"):
+        microbatched(mse, 5)(params, batch, rng=jax.random.PRNGKey(0), extra={})
+
+
+def test_gradient_step_applies_the_optimizer_and_ema_tracks_the_params():
+    batch, params = data()
+    tx = optax.sgd(0.1)
+    state = TrainState(
+        step=jnp.int32(0),
+        rng=jax.random.PRNGKey(0),
+        params=params,
+        opt_state=tx.init(params),
+        extra={"ema": params},
+    )
+    step = with_ema(gradient_step(mse, tx), decay=0.9)
+    new, metrics = step(state, batch, rng=jax.random.PRNGKey(2))
+    grad = jax.grad(lambda p: mse(p, batch, rng=None, extra={})[0])(params)
+    expected = params["w"] - 0.1 * grad["w"]
+    np.testing.assert_allclose(new.params["w"], expected, rtol=1e-6)
+    np.testing.assert_allclose(new.extra["ema"]["w"], 0.9 * params["w"] + 0.1 * expected, rtol=1e-6)
+    assert set(metrics) >= {"loss", "grad_norm", "max"}
+
+
+def test_schedule_warms_up_then_decays():
+    config = base_config().optim
+    config.lr, config.warmup_steps, config.schedule = 1.0, 10, "cosine"
+    config.final_lr_fraction = 0.1
+    lr = optim.schedule(config, total_steps=110)
+    assert float(lr(0)) == 0.0 and float(lr(5)) == pytest.approx(0.5)
+    assert float(lr(10)) == pytest.approx(1.0)
+    assert float(lr(60)) == pytest.approx(0.55, rel=1e-5)  # half-way down the cosine
+    assert float(lr(110)) == pytest.approx(0.1)
+
+
+def test_unknown_optimizer_is_a_config_error():
+    config = base_config().optim
+    config.name = "adamz"
+    with pytest.raises(ConfigError, match="optim.name='adamz' is unknown"):
+        optim.make(config, 10)
