@@ -15,10 +15,13 @@ core-bound, not a statement about HBM.
 
 Not measured here: the Pallas kernel's GPU/TPU time and its fraction of memory bandwidth (this
 machine has no accelerator; the kernel ran only in interpret mode and was lowered, not
-compiled). The full-model comparison (methods.selective_rope) is the lead engineer's to add.
+compiled).
+
+3. a whole train step (loss + gradient) of the paper's two small models (1-layer GLA and 1-layer
+   softmax transformer from `methods.selective_rope`) with selective rotary vs RoPE, at matched
+   parameter counts.
 """
 
-import importlib.util
 import json
 import os
 import statistics
@@ -120,12 +123,33 @@ def measure(B=8, T=512, H=8, K=64, *, dtype="float32", repeats=20) -> dict:
         "pallas_kernel_accelerator_timing": None,
         "pallas_kernel_bandwidth_fraction": None,
         "not_measured": NOT_MEASURED,
-        "full_model_comparison": (
-            "skipped: methods.selective_rope exists; the lead engineer adds it"
-            if importlib.util.find_spec("methods.selective_rope")
-            else "skipped: methods.selective_rope does not exist yet"
-        ),
     }
+
+
+def model_steps(B=64, T=128, *, repeats=10) -> dict:
+    """Seconds per jitted train step (loss + gradient) of each small model of
+    `methods.selective_rope` with selective rotary vs RoPE at matched parameter counts."""
+    from methods.selective_rope import loss_fn
+    from methods.selective_rope.model import ModelConfig, init_params, matched
+
+    rng = np.random.default_rng(0)
+    batch = {
+        "inputs": jnp.asarray(rng.integers(1, 3, (B, T)), jnp.int32),
+        "targets": jnp.asarray(rng.integers(1, 3, (B, T)), jnp.int32),
+        "mask": jnp.ones((B, T), jnp.float32),
+    }
+    out = {}
+    for arch in ("gla", "transformer"):
+        seconds = {}
+        for position in ("rope", "selective"):
+            cfg = matched(ModelConfig(vocab_size=3, num_classes=3, model=arch, position=position))
+            params = init_params(cfg, jax.random.PRNGKey(0))
+            grad = jax.jit(jax.grad(lambda p, cfg=cfg: loss_fn(cfg, p, batch)[0]))
+            seconds[position] = _median_seconds(
+                lambda grad=grad, params=params: jax.block_until_ready(grad(params)), repeats
+            )
+        out[arch] = {**seconds, "overhead": seconds["selective"] / seconds["rope"]}
+    return {"sizes": {"B": B, "T": T}, "repeats": repeats, "seconds_per_step": out}
 
 
 def report_lines(r: dict) -> list[str]:
@@ -143,8 +167,18 @@ def report_lines(r: dict) -> list[str]:
         f"  selective fwd: {r['selective_fwd_min_bytes'] / 1e6:.1f} MB minimum traffic, "
         f"{r['selective_fwd_effective_GBps']:.2f} GB/s effective (CPU, context only)",
         f"  {r['not_measured']}",
-        f"  full-model comparison: {r['full_model_comparison']}",
     ]
+
+
+def model_report_lines(m: dict) -> list[str]:
+    z = m["sizes"]
+    lines = [f"train step (loss + grad), B={z['B']} T={z['T']}, matched parameter counts:"]
+    for arch, s in m["seconds_per_step"].items():
+        lines.append(
+            f"  {arch:<12} RoPE {1e3 * s['rope']:8.2f} ms   selective "
+            f"{1e3 * s['selective']:8.2f} ms   overhead x{s['overhead']:.2f}"
+        )
+    return lines
 
 
 def write_json(result: dict, path: str) -> None:
@@ -173,7 +207,8 @@ def main(argv):
         dtype=FLAGS.dtype,
         repeats=FLAGS.repeats,
     )
-    print("\n".join(report_lines(result)))
+    result["model_steps"] = model_steps(repeats=max(FLAGS.repeats // 2, 3))
+    print("\n".join(report_lines(result) + model_report_lines(result["model_steps"])))
     write_json(result, FLAGS.out)
     print(f"wrote {FLAGS.out}")
 

@@ -22,3 +22,12 @@ def test_report_is_complete_and_consistent(tmp_path):
     path = tmp_path / "out" / "bench.json"
     bench.write_json(r, str(path))
     assert json.loads(path.read_text()) == r
+
+
+def test_model_step_comparison_reports_both_architectures():
+    m = bench.model_steps(B=2, T=8, repeats=1)
+    for arch in ("gla", "transformer"):
+        s = m["seconds_per_step"][arch]
+        assert s["rope"] > 0 and s["selective"] > 0
+        assert s["overhead"] == s["selective"] / s["rope"]
+    assert len(bench.model_report_lines(m)) == 3

@@ -1,0 +1,178 @@
+"""Selective RoPE (paper 5): input-dependent rotary position embeddings, on state tracking.
+
+`make(config)` returns a `core.Method`; the pure functions are usable on their own:
+
+    cfg = model_config(config)                       # a frozen model.ModelConfig
+    params = model.init_params(cfg, rng)
+    logits_BTC, angles = model.apply(cfg, params, tokens_BT)
+    loss, metrics = loss_fn(cfg, params, batch)
+    metrics = evaluate_lengths(cfg, params, config, seed=0)
+
+The model, the position encodings and the GLA recurrence are in `model.py`; the data are the LM
+baseline's generators (`methods.lm.tasks`: prefix parity, MQAR).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core import data
+from core.errors import ConfigError
+from core.method import Method
+from core.precision import compute_dtype
+from methods.lm import tasks
+from methods.selective_rope import model
+
+EVAL_SEED_OFFSET = 1_000_003  # held-out examples come from a seed stream training never uses
+EVAL_TOKENS_PER_BATCH = 32_768  # eval batch = this // length (softmax scores are B*H*T*T)
+
+
+def make_task(config, **overrides):
+    options = {k: v for k, v in config.task.items() if k != "name"} | overrides
+    try:
+        return tasks.make_task(config.task.name, **options)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"task: {e}") from None
+
+
+def model_config(config) -> model.ModelConfig:
+    """The model of `config`, with RoPE/none widened to the selective variant's parameter count."""
+    task = make_task(config)
+    m = config.model
+    try:
+        cfg = model.ModelConfig(
+            vocab_size=task.vocab_size,
+            num_classes=task.vocab_size,
+            model=m.kind,
+            position=m.position,
+            num_layers=m.num_layers,
+            d_model=m.d_model,
+            num_heads=m.num_heads,
+            d_ff=m.d_ff,
+            phi_parametrization=m.phi_parametrization,
+            phi_rank=m.phi_rank,
+            conv_size=m.conv_size,
+            conv_silu=m.conv_silu,
+            use_bias=m.use_bias,
+            use_gate=m.use_gate,
+            temp_type=m.temp_type,
+            temp_theta=m.temp_theta,
+            temp_max=m.temp_max,
+            rotary_impl=m.rotary_impl,
+            rope_base=m.rope_base,
+            qk_norm=m.qk_norm,
+            output_gate=m.output_gate,
+            dtype=compute_dtype(config.dtype),
+        )
+    except ValueError as e:
+        raise ConfigError(f"model: {e}") from None
+    return model.matched(cfg) if m.match_params else cfg
+
+
+def token_mask(tokens_BT):
+    """Real tokens: every task pads with PAD = 0 and uses no PAD inside a sequence."""
+    return tokens_BT != tasks.PAD
+
+
+def loss_fn(cfg, params, batch, *, rng=None, extra=None):
+    """Masked cross-entropy of per-position `targets`, averaged over `mask`ed positions."""
+    del rng, extra
+    logits_BTC, _ = model.apply(cfg, params, batch["inputs"], mask_BT=token_mask(batch["inputs"]))
+    mask_BT = batch["mask"].astype(jnp.float32)
+    log_probs_BTC = jax.nn.log_softmax(logits_BTC)
+    nll_BT = -jnp.take_along_axis(log_probs_BTC, batch["targets"][..., None], axis=-1)[..., 0]
+    denom = jnp.maximum(mask_BT.sum(), 1.0)
+    correct_BT = (jnp.argmax(logits_BTC, -1) == batch["targets"]).astype(jnp.float32)
+    metrics = {
+        "accuracy": (correct_BT * mask_BT).sum() / denom,
+        "num_tokens": jnp.asarray(batch["inputs"].size, jnp.float32),
+    }
+    return (nll_BT * mask_BT).sum() / denom, metrics
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _correct(cfg, params, inputs_BT, targets_BT):
+    logits_BTC, _ = model.apply(cfg, params, inputs_BT, mask_BT=token_mask(inputs_BT))
+    return jnp.argmax(logits_BTC, -1) == targets_BT
+
+
+def accuracy(cfg, params, task, *, num_examples: int, seed: int) -> dict:
+    """Teacher-forced accuracy on held-out examples of `task` (possibly longer than training):
+
+    accuracy      over all masked positions;
+    last_half     over masked positions t >= T/2 (T = the task's padded length);
+    last_quarter  over masked positions t >= 3T/4 (for parity: long prefixes, where
+                  position-only models are at chance);
+    final         at each sequence's last masked position (parity: of the whole sequence);
+    exact_match   every masked position right.
+    """
+    T = task.seq_len
+    batch_size = max(1, EVAL_TOKENS_PER_BATCH // T)
+    t = np.arange(T)[None]
+    sums = dict.fromkeys(("hit", "n", "hit_half", "n_half", "hit_q", "n_q", "final", "exact"), 0.0)
+    for start in range(0, num_examples, batch_size):
+        n = min(batch_size, num_examples - start)
+        rngs = [np.random.default_rng([seed + EVAL_SEED_OFFSET, start + j]) for j in range(n)]
+        batch = data.stack([task.example(r) for r in rngs])
+        correct = np.asarray(_correct(cfg, params, batch["inputs"], batch["targets"]))
+        mask = batch["mask"] > 0
+        half, quarter = mask & (t >= T // 2), mask & (t >= (3 * T) // 4)
+        sums["hit"] += (correct & mask).sum()
+        sums["n"] += mask.sum()
+        sums["hit_half"] += (correct & half).sum()
+        sums["n_half"] += half.sum()
+        sums["hit_q"] += (correct & quarter).sum()
+        sums["n_q"] += quarter.sum()
+        sums["exact"] += np.all(correct | ~mask, axis=1).sum()
+        last_T = T - 1 - np.argmax(mask[:, ::-1], axis=1)
+        sums["final"] += correct[np.arange(n), last_T].sum()
+    return {
+        "accuracy": float(sums["hit"] / max(sums["n"], 1)),
+        "last_half": float(sums["hit_half"] / max(sums["n_half"], 1)),
+        "last_quarter": float(sums["hit_q"] / max(sums["n_q"], 1)),
+        "final": float(sums["final"] / num_examples),
+        "exact_match": float(sums["exact"] / num_examples),
+    }
+
+
+def evaluate_lengths(cfg, params, config, *, seed: int) -> dict:
+    """Parity: `accuracy` at the training length and at each of `config.eval.lengths`, keyed
+    "len{T}/{metric}". Other tasks: `accuracy` on the training task, keyed "{metric}"."""
+    n = config.eval.num_examples
+    if config.task.name != "parity":
+        return accuracy(cfg, params, make_task(config), num_examples=n, seed=seed)
+    lengths = sorted({config.task.length, *config.eval.lengths})
+    out = {}
+    for length in lengths:
+        task = make_task(config, length=length, min_length=None)
+        for k, v in accuracy(cfg, params, task, num_examples=n, seed=seed).items():
+            out[f"len{length}/{k}"] = v
+    return out
+
+
+def make(config) -> Method:
+    cfg = model_config(config)
+    task = make_task(config)
+
+    def init(rng, batch_spec):
+        del batch_spec
+        return {"params": model.init_params(cfg, rng)}
+
+    def dataset(split, *, shard, seed):
+        offset = 0 if split == "train" else EVAL_SEED_OFFSET
+        return data.synthetic(
+            task.example, global_batch=config.train.batch_size, seed=seed + offset, shard=shard
+        )
+
+    def evaluate(state, *, seed):
+        return evaluate_lengths(cfg, state.params, config, seed=seed)
+
+    return Method(
+        init=init,
+        loss=functools.partial(loss_fn, cfg),
+        dataset=dataset,
+        evaluate=evaluate,
+        sharding_rules=model.SHARDING_RULES,
+    )
