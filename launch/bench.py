@@ -20,10 +20,8 @@ beside it when the backend provides one. On a shared host other processes steal 
 average before and after is recorded, and a busy host is flagged.
 """
 
-import json
 import math
 import os
-import statistics
 import time
 
 import jax
@@ -38,20 +36,10 @@ import methods
 from core import train
 from core.nn import transformer
 from core.precision import compute_dtype
+from launch.timing import median_seconds, write_json
 from methods.lm import model_config
 
 WARMUP_STEPS = 2  # after compile: the first executions can still pay one-off allocation costs
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    """Median wall time of `fn()` (which must block on its result), after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def matmul_peak(devices, sizes=(1024, 1536, 2048), repeats: int = 10, dtype="float32") -> dict:
@@ -68,7 +56,7 @@ def matmul_peak(devices, sizes=(1024, 1536, 2048), repeats: int = 10, dtype="flo
         kx, ky = jax.random.split(jax.random.PRNGKey(n))
         x = jax.device_put(jax.random.normal(kx, shape, dtype), sharding)
         y = jax.device_put(jax.random.normal(ky, shape, dtype), sharding)
-        seconds = _median_seconds(lambda x=x, y=y: matmul(x, y).block_until_ready(), repeats)
+        seconds = median_seconds(lambda x=x, y=y: matmul(x, y).block_until_ready(), repeats)
         by_size[str(n)] = {"seconds": seconds, "flops_per_s": n_dev * 2 * n**3 / seconds}
     best = max(by_size, key=lambda k: by_size[k]["flops_per_s"])
     return {
@@ -209,13 +197,6 @@ def report_lines(r: dict) -> list[str]:
         f"(compile {step['compile_s']:.1f} s)"
     )
     return lines
-
-
-def write_json(result: dict, path: str) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
 
 
 def define_flags() -> None:

@@ -22,10 +22,7 @@ compiled).
    parameter counts.
 """
 
-import json
 import os
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -34,22 +31,12 @@ from absl import app, flags
 
 from core.kernels.selective_rotary import op
 from core.nn.positions import rope
+from launch.timing import median_seconds, write_json
 
 NOT_MEASURED = (
     "Pallas kernel on GPU/TPU: time and memory-bandwidth fraction NOT measured "
     "(no accelerator on this machine; the kernel was only interpreted and lowered)"
 )
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    """Median wall time of `fn()` (which blocks on its result), after one warm-up call."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _inputs(B, T, H, K, dtype):
@@ -100,7 +87,7 @@ def measure(B=8, T=512, H=8, K=64, *, dtype="float32", repeats=20) -> dict:
     seconds = {}
     for name, (fn, arg_names) in _functions().items():
         args = [data[a] for a in arg_names]
-        seconds[name] = _median_seconds(
+        seconds[name] = median_seconds(
             lambda fn=fn, args=args: jax.block_until_ready(fn(*args)), repeats
         )
     itemsize = jnp.dtype(dtype).itemsize
@@ -145,7 +132,7 @@ def model_steps(B=64, T=128, *, repeats=10) -> dict:
             cfg = matched(ModelConfig(vocab_size=3, num_classes=3, model=arch, position=position))
             params = init_params(cfg, jax.random.PRNGKey(0))
             grad = jax.jit(jax.grad(lambda p, cfg=cfg: loss_fn(cfg, p, batch)[0]))
-            seconds[position] = _median_seconds(
+            seconds[position] = median_seconds(
                 lambda grad=grad, params=params: jax.block_until_ready(grad(params)), repeats
             )
         out[arch] = {**seconds, "overhead": seconds["selective"] / seconds["rope"]}
@@ -179,12 +166,6 @@ def model_report_lines(m: dict) -> list[str]:
             f"{1e3 * s['selective']:8.2f} ms   overhead x{s['overhead']:.2f}"
         )
     return lines
-
-
-def write_json(result: dict, path: str) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=2)
 
 
 flags.DEFINE_integer("batch", 8, "B")
