@@ -81,3 +81,18 @@ def base_config(mesh: str = "auto") -> ConfigDict:
     c.optim.final_lr_fraction = 0.0
     c.optim.grad_clip = 0.0  # 0: off
     return c
+
+
+def set_training(c: ConfigDict, *, steps: int, batch_size: int, lr: float) -> ConfigDict:
+    """The usual training defaults for a run of `steps`: log 10 times (at most every 100 steps),
+    checkpoint half-way and at the end, 10 % warmup (at most 100 steps) then cosine decay,
+    global-norm clipping at 1."""
+    c.train.steps = steps
+    c.train.batch_size = batch_size
+    c.train.log_every = max(1, min(100, steps // 10))
+    c.train.checkpoint_every = max(1, steps // 2)
+    c.optim.lr = lr
+    c.optim.warmup_steps = min(100, steps // 10)
+    c.optim.schedule = "cosine"
+    c.optim.grad_clip = 1.0
+    return c

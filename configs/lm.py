@@ -9,7 +9,7 @@ parity | modular). Any field can be overridden, e.g. --config.task.length=32.
 
 from ml_collections import ConfigDict
 
-from configs.common import base_config, parse_arg
+from configs.common import base_config, parse_arg, set_training
 from core.errors import ConfigError
 
 # Task parameters, passed to methods.lm.tasks.make_task(name, **options).
@@ -51,15 +51,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
             rope_base=10000.0,
         )
     )
-    c.train.steps = size["steps"]
-    c.train.batch_size = size["batch_size"]
-    c.train.log_every = max(1, min(100, size["steps"] // 10))
-    c.train.checkpoint_every = max(1, size["steps"] // 2)
-    c.optim.lr = size["lr"]
-    c.optim.warmup_steps = min(100, size["steps"] // 10)
-    c.optim.schedule = "cosine"
+    set_training(c, steps=size["steps"], batch_size=size["batch_size"], lr=size["lr"])
     c.optim.weight_decay = 0.01
-    c.optim.grad_clip = 1.0
     c.eval = ConfigDict(dict(num_examples=64 if opts["size"] == "smoke" else 512))
     return c
 

@@ -13,7 +13,7 @@ selective variant's parameter count (model.match_params).
 
 from ml_collections import ConfigDict
 
-from configs.common import base_config, parse_arg
+from configs.common import base_config, parse_arg, set_training
 from core.errors import ConfigError
 
 MODELS = ("gla", "transformer")
@@ -84,14 +84,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
             output_gate=True,
         )
     )
-    c.train.steps = size["steps"]
-    c.train.batch_size = size["batch_size"]
-    c.train.log_every = max(1, min(100, size["steps"] // 10))
-    c.train.checkpoint_every = max(1, size["steps"] // 2)
-    c.optim.lr = size["lr"]
-    c.optim.warmup_steps = min(100, size["steps"] // 10)
-    c.optim.schedule = "cosine"
-    c.optim.grad_clip = 1.0
+    set_training(c, steps=size["steps"], batch_size=size["batch_size"], lr=size["lr"])
     c.eval = ConfigDict(
         dict(
             num_examples=16 if smoke else 512,
