@@ -123,8 +123,9 @@ class RMSNorm(nnx.Module):
         return (x * self.scale[...].astype(jnp.float32)).astype(self.dtype)
 
 
-def _dense_factory(cfg: TransformerConfig, rngs: nnx.Rngs):
-    """Bias-free linear layers in the config's compute and parameter dtypes."""
+def dense_factory(cfg, rngs: nnx.Rngs):
+    """Bias-free linear layers in `cfg.dtype` compute and `cfg.param_dtype` parameters (any
+    config with those two fields: other models, e.g. methods/selective_rope, share it)."""
     return functools.partial(
         nnx.Linear,
         use_bias=False,
@@ -136,7 +137,7 @@ def _dense_factory(cfg: TransformerConfig, rngs: nnx.Rngs):
 
 class Attention(nnx.Module):
     def __init__(self, cfg: TransformerConfig, rngs: nnx.Rngs):
-        dense = _dense_factory(cfg, rngs)
+        dense = dense_factory(cfg, rngs)
         D = cfg.d_model
         self.q, self.k, self.v, self.o = dense(D, D), dense(D, D), dense(D, D), dense(D, D)
         self.cfg = cfg
@@ -188,7 +189,7 @@ class SwiGLU(nnx.Module):
     matches a 4x GELU MLP's parameter count."""
 
     def __init__(self, cfg: TransformerConfig, rngs: nnx.Rngs):
-        dense = _dense_factory(cfg, rngs)
+        dense = dense_factory(cfg, rngs)
         self.gate = dense(cfg.d_model, cfg.d_ff)
         self.up = dense(cfg.d_model, cfg.d_ff)
         self.down = dense(cfg.d_ff, cfg.d_model)

@@ -51,7 +51,7 @@ from jax.sharding import PartitionSpec as P
 
 from core.kernels.selective_rotary import op as selective_rotary
 from core.nn import positions as positions_lib
-from core.nn.transformer import RMSNorm, SwiGLU, _dense_factory
+from core.nn.transformer import RMSNorm, SwiGLU, dense_factory
 
 MODELS = ("gla", "transformer")
 POSITIONS = ("selective", "rope", "none")
@@ -240,7 +240,7 @@ class SelectiveRotary(nnx.Module):
     """phi from x and the cumulative rotation of q and k (see the module docstring)."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        dense = _dense_factory(cfg, rngs)
+        dense = dense_factory(cfg, rngs)
         D, H, R = cfg.d_model, cfg.num_heads, cfg.head_dim // 2
         param_dtype = jnp.dtype(cfg.param_dtype)
         if cfg.phi_parametrization == "low-rank":
@@ -304,7 +304,7 @@ class Mixer(nnx.Module):
     """Causal softmax attention or gated linear attention, with the configured position code."""
 
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        dense = _dense_factory(cfg, rngs)
+        dense = dense_factory(cfg, rngs)
         D, H, K = cfg.d_model, cfg.num_heads, cfg.head_dim
         dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         self.q, self.k, self.v, self.o = dense(D, D), dense(D, D), dense(D, D), dense(D, D)
