@@ -10,13 +10,12 @@ it jax 0.10.2 picks Mosaic GPU, which overflowed shared memory on this kind of k
 
 import functools
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from core.kernels.selective_rotary.kernel_body import rotate_tile
+from core.kernels.selective_rotary.kernel_body import out_shapes, rotate_tile
 
 NUM_WARPS, NUM_STAGES = 4, 2  # untuned: nothing here was compiled on a GPU
 
@@ -47,11 +46,7 @@ def rotate_gpu(q_B2TC, k_B2TC, phi_BTC, temp_1C, offset_B1C, *, block_t, block_c
             x_spec,
         ],
         out_specs=[x_spec, x_spec, lane_spec],
-        out_shape=[
-            jax.ShapeDtypeStruct(q_B2TC.shape, q_B2TC.dtype),
-            jax.ShapeDtypeStruct(k_B2TC.shape, k_B2TC.dtype),
-            jax.ShapeDtypeStruct((B, 1, C), jnp.float32),
-        ],
+        out_shape=out_shapes(q_B2TC, k_B2TC),
         compiler_params=pltriton.CompilerParams(num_warps=NUM_WARPS, num_stages=NUM_STAGES),
         interpret=interpret,
         name="selective_rotary_gpu",

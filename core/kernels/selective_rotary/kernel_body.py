@@ -15,6 +15,7 @@ leading axis avoids lane-offset slices (uncertain on Mosaic) as well as value sl
 `concatenate` (Triton cannot lower them).
 """
 
+import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -47,3 +48,13 @@ def rotate_tile(rows, carry_1C, temp_ref, phi_ref, q_ref, k_ref, qo_ref, ko_ref)
         o_ref[0, 1, rows, :] = (x0_TC * sin_TC + x1_TC * cos_TC).astype(o_ref.dtype)
     # The sum, not the tile's last row of S: value slicing does not lower on Triton.
     return carry_1C + jnp.sum(phi_TC, axis=0, keepdims=True)
+
+
+def out_shapes(q_B2TC, k_B2TC):
+    """What both wrappers return: q' and k' like their inputs, final state [B, 1, C] float32."""
+    B, _, _, C = q_B2TC.shape
+    return [
+        jax.ShapeDtypeStruct(q_B2TC.shape, q_B2TC.dtype),
+        jax.ShapeDtypeStruct(k_B2TC.shape, k_B2TC.dtype),
+        jax.ShapeDtypeStruct((B, 1, C), jnp.float32),
+    ]

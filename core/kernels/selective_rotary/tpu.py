@@ -8,12 +8,11 @@ a multiple of 128 or the full C, per Mosaic's last-two-dims rule. Marking T "par
 real bug (steps would run out of order or on another core); `pltpu.InterpretParams` catches it.
 """
 
-import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from core.kernels.selective_rotary.kernel_body import rotate_tile
+from core.kernels.selective_rotary.kernel_body import out_shapes, rotate_tile
 
 SEMANTICS = ("parallel", "parallel", "arbitrary")
 
@@ -62,11 +61,7 @@ def rotate_tpu(
             x_spec,
         ],
         out_specs=[x_spec, x_spec, lane_spec],
-        out_shape=[
-            jax.ShapeDtypeStruct(q_B2TC.shape, q_B2TC.dtype),
-            jax.ShapeDtypeStruct(k_B2TC.shape, k_B2TC.dtype),
-            jax.ShapeDtypeStruct((B, 1, C), jnp.float32),
-        ],
+        out_shape=out_shapes(q_B2TC, k_B2TC),
         scratch_shapes=[pltpu.VMEM((1, bc), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=dimension_semantics or SEMANTICS),
         interpret=interpret,
