@@ -5,6 +5,8 @@ Flax NNX inside, pure functions over plain pytrees outside (as in `core/nn/trans
     cfg = matched(ModelConfig(vocab_size=3, num_classes=3, model="gla", position="rope"))
     params = init_params(cfg, rng)                              # nested dict of float32 arrays
     logits_BTC, angles = apply(cfg, params, tokens_BT, mask_BT=None)
+    caches = init_cache(cfg, batch_size, max_len)               # decoding, any chunk size:
+    logits_BTC, caches = decode(cfg, params, tokens_BT, caches)  # = apply over the whole
 
 Models (`cfg.model`), each `num_layers` x [RMSNorm -> mixer -> residual; RMSNorm -> SwiGLU ->
 residual] -> RMSNorm -> linear classifier over `num_classes` labels at every position:
@@ -163,12 +165,18 @@ def l2_normalize(x, axis=-1, eps=1e-6):
     return x * lax.rsqrt(jnp.sum(x * x, axis=axis, keepdims=True) + eps)
 
 
-def causal_depthwise_conv(x_BTC, w_WC):
-    """y_t = sum_i w[i] * x[t - (W-1) + i], zeros before the start (a causal short conv)."""
+def causal_depthwise_conv(x_BTC, w_WC, window_BWC=None):
+    """y_t = sum_i w[i] * x[t - (W-1) + i] (a causal short conv), with the W-1 inputs before x
+    taken from `window_BWC` (decoding) or zeros (a sequence start).
+
+    Returns (y_BTC, the last W-1 inputs: the window for the next call)."""
     W = w_WC.shape[0]
     T = x_BTC.shape[1]
-    x_pad = jnp.pad(x_BTC, ((0, 0), (W - 1, 0), (0, 0)))
-    return sum(x_pad[:, i : i + T] * w_WC[i] for i in range(W))
+    if window_BWC is None:
+        x_pad = jnp.pad(x_BTC, ((0, 0), (W - 1, 0), (0, 0)))
+    else:
+        x_pad = jnp.concatenate([window_BWC.astype(x_BTC.dtype), x_BTC], axis=1)
+    return sum(x_pad[:, i : i + T] * w_WC[i] for i in range(W)), x_pad[:, T:]
 
 
 def gla_scan(q_BTHK, k_BTHK, v_BTHV, log_alpha_BTHK, state_BHKV=None):
@@ -263,8 +271,9 @@ class SelectiveRotary(nnx.Module):
             self.gate = nnx.Linear(D, H, use_bias=True, param_dtype=param_dtype, rngs=rngs)
         self.cfg = cfg
 
-    def phi(self, x_BTD, mask_BT):
-        """The per-step angle increment phi [B, T, H, R] (float32), zero on padding."""
+    def phi(self, x_BTD, mask_BT, window_BWC=None):
+        """The per-step angle increment phi [B, T, H, R] (float32), zero on padding, and the
+        conv's window for the next call (`causal_depthwise_conv`)."""
         cfg = self.cfg
         B, T, D = x_BTD.shape
         H, R = cfg.num_heads, cfg.head_dim // 2
@@ -276,7 +285,9 @@ class SelectiveRotary(nnx.Module):
             W_HdR = self.phi_s[...][:, None, None] * l2_normalize(V_HdR, axis=1, eps=1e-12)
             phi_BTC = jnp.einsum("bthi,hio->btho", x_hat_BTHd, W_HdR).reshape(B, T, H * R)
         phi_BTC = phi_BTC.astype(jnp.float32) * mask_BT[..., None]
-        phi_BTC = causal_depthwise_conv(phi_BTC, self.conv[...].astype(jnp.float32))
+        phi_BTC, window_BWC = causal_depthwise_conv(
+            phi_BTC, self.conv[...].astype(jnp.float32), window_BWC
+        )
         if cfg.conv_silu:
             phi_BTC = jax.nn.silu(phi_BTC)
         phi_BTHR = phi_BTC.reshape(B, T, H, R)
@@ -285,19 +296,28 @@ class SelectiveRotary(nnx.Module):
         if cfg.use_gate:  # after the bias: the gate scales exp(b) too
             gate_BTH = jax.nn.sigmoid(self.gate(x_hat_BTHd.reshape(B, T, D)).astype(jnp.float32))
             phi_BTHR = phi_BTHR * gate_BTH[..., None]
-        return phi_BTHR * mask_BT[:, :, None, None]
+        return phi_BTHR * mask_BT[:, :, None, None], window_BWC
 
-    def __call__(self, q_BTHK, k_BTHK, x_BTD, mask_BT):
-        phi_BTHR = self.phi(x_BTD, mask_BT)
-        temp_R = jnp.asarray(temperature(self.cfg))
-        return selective_rotary(
-            q_BTHK, k_BTHK, phi_BTHR, temp_R, mask_BT=mask_BT, impl=self.cfg.rotary_impl
+    def __call__(self, q_BTHK, k_BTHK, x_BTD, mask_BT, cache=None):
+        """(q', k', final raw angle [B, H, R], the cache's new "phi_window" or None)."""
+        window_BWC, offset_BHR = (
+            (None, None) if cache is None else (cache["phi_window"], cache["angle"])
         )
+        phi_BTHR, window_BWC = self.phi(x_BTD, mask_BT, window_BWC)
+        temp_R = jnp.asarray(temperature(self.cfg))
+        q_BTHK, k_BTHK, angle_BHR = selective_rotary(
+            q_BTHK, k_BTHK, phi_BTHR, temp_R, offset_BHR, mask_BT=mask_BT, impl=self.cfg.rotary_impl
+        )
+        return q_BTHK, k_BTHK, angle_BHR, window_BWC
 
 
-def _positions(mask_BT):
-    """RoPE positions 0, 1, ... over real tokens (a left-padded row's first token is 0)."""
-    return jnp.maximum(jnp.cumsum(mask_BT.astype(jnp.int32), axis=1) - 1, 0)
+def _positions(mask_BT, start_B=None):
+    """RoPE positions 0, 1, ... over real tokens (a left-padded row's first token is 0), counted
+    from `start_B` real tokens already seen (decoding)."""
+    seen_BT = jnp.cumsum(mask_BT.astype(jnp.int32), axis=1)
+    if start_B is not None:
+        seen_BT = seen_BT + start_B[:, None]
+    return jnp.maximum(seen_BT - 1, 0)
 
 
 class Mixer(nnx.Module):
@@ -329,19 +349,26 @@ class Mixer(nnx.Module):
                 )
         self.cfg = cfg
 
-    def __call__(self, x_BTD, mask_BT):
-        """Returns (y_BTD, final raw angle [B, H, R] for selective, else None)."""
+    def __call__(self, x_BTD, mask_BT, cache=None):
+        """Returns (y_BTD, final raw angle [B, H, R] for selective else None, new cache or None).
+
+        With `cache` (one layer's entry of `init_cache`), x continues the sequence it holds."""
         cfg = self.cfg
         B, T, D = x_BTD.shape
         H, K = cfg.num_heads, cfg.head_dim
+        new = None if cache is None else dict(cache)
         q_BTD, k_BTD, v_BTD = self.q(x_BTD), self.k(x_BTD), self.v(x_BTD)
         if cfg.model == "gla" and cfg.short_conv:  # fla's ShortConvolution(activation="silu")
             real_BT1 = mask_BT[..., None].astype(x_BTD.dtype)
             w_3WD = self.qkv_conv[...].astype(x_BTD.dtype)
-            q_BTD, k_BTD, v_BTD = (
-                jax.nn.silu(causal_depthwise_conv(a * real_BT1, w))
-                for a, w in zip((q_BTD, k_BTD, v_BTD), w_3WD, strict=True)
-            )
+            windows = (None,) * 3 if cache is None else tuple(cache["qkv_window"])
+            convolved = [
+                causal_depthwise_conv(a * real_BT1, w, window)
+                for a, w, window in zip((q_BTD, k_BTD, v_BTD), w_3WD, windows, strict=True)
+            ]
+            q_BTD, k_BTD, v_BTD = (jax.nn.silu(y) for y, _ in convolved)
+            if cache is not None:
+                new["qkv_window"] = jnp.stack([window for _, window in convolved])
         q_BTHK = q_BTD.reshape(B, T, H, K)
         k_BTHK = k_BTD.reshape(B, T, H, K)
         v_BTHK = v_BTD.reshape(B, T, H, K)
@@ -350,20 +377,34 @@ class Mixer(nnx.Module):
             q_BTHK, k_BTHK = self.q_norm(q_BTHK), self.k_norm(k_BTHK)
         angle_BHR = None
         if cfg.position == "selective":
-            q_BTHK, k_BTHK, angle_BHR = self.rotary(q_BTHK, k_BTHK, x_BTD, mask_BT)
+            q_BTHK, k_BTHK, angle_BHR, window_BWC = self.rotary(
+                q_BTHK, k_BTHK, x_BTD, mask_BT, cache
+            )
+            if cache is not None:
+                new["phi_window"], new["angle"] = window_BWC, angle_BHR
         elif cfg.position == "rope":
-            pos_BT = _positions(mask_BT)
+            pos_BT = _positions(mask_BT, None if cache is None else cache["seen"])
             q_BTHK = positions_lib.rope(q_BTHK, pos_BT, base=cfg.rope_base)
             k_BTHK = positions_lib.rope(k_BTHK, pos_BT, base=cfg.rope_base)
+        if cache is not None:
+            new["seen"] = cache["seen"] + jnp.sum(mask_BT, axis=1, dtype=jnp.int32)
         if cfg.model == "transformer":
             if cfg.qk_norm and not pre_norm:  # selective: qk-norm after the rotation
                 q_BTHK, k_BTHK = self.q_norm(q_BTHK), self.k_norm(k_BTHK)
-            out_BTHK = _softmax_attention(q_BTHK, k_BTHK, v_BTHK, mask_BT)
+            if cache is None:
+                out_BTHK = _softmax_attention(q_BTHK, k_BTHK, v_BTHK, mask_BT)
+            else:
+                out_BTHK, kv = _cached_attention(q_BTHK, k_BTHK, v_BTHK, mask_BT, cache)
+                new.update(kv)
         else:
-            out_BTHK = self._gla(x_BTD, q_BTHK, k_BTHK, v_BTHK, mask_BT)
-        return self.o(out_BTHK.reshape(B, T, D)), angle_BHR
+            state_BHKV = None if cache is None else cache["state"]
+            out_BTHK, state_BHKV = self._gla(x_BTD, q_BTHK, k_BTHK, v_BTHK, mask_BT, state_BHKV)
+            if cache is not None:
+                new["state"] = state_BHKV
+        return self.o(out_BTHK.reshape(B, T, D)), angle_BHR, new
 
-    def _gla(self, x_BTD, q_BTHK, k_BTHK, v_BTHK, mask_BT):
+    def _gla(self, x_BTD, q_BTHK, k_BTHK, v_BTHK, mask_BT, state_BHKV=None):
+        """(o_BTHK, the recurrence's final state)."""
         cfg = self.cfg
         B, T, D = x_BTD.shape
         H, K = cfg.num_heads, cfg.head_dim
@@ -371,15 +412,15 @@ class Mixer(nnx.Module):
         real_BT11 = mask_BT[:, :, None, None].astype(jnp.float32)
         # Padding neither writes (k = 0) nor decays (log alpha = 0) the state.
         log_alpha_BTHK = jax.nn.log_sigmoid(gk_BTHK) / cfg.gate_normalizer * real_BT11
-        args = (q_BTHK * K**-0.5, k_BTHK * real_BT11, v_BTHK, log_alpha_BTHK)
+        args = (q_BTHK * K**-0.5, k_BTHK * real_BT11, v_BTHK, log_alpha_BTHK, state_BHKV)
         if cfg.gla_chunk:
-            o_BTHK, _ = gla_chunked(*args, chunk=cfg.gla_chunk)
+            o_BTHK, state_BHKV = gla_chunked(*args, chunk=cfg.gla_chunk)
         else:
-            o_BTHK, _ = gla_scan(*args)
+            o_BTHK, state_BHKV = gla_scan(*args)
         o_BTHK = self.g_norm(o_BTHK)
         if cfg.output_gate:
             o_BTHK = o_BTHK * jax.nn.silu(self.g(x_BTD).astype(jnp.float32)).reshape(B, T, H, K)
-        return o_BTHK.astype(x_BTD.dtype)
+        return o_BTHK.astype(x_BTD.dtype), state_BHKV
 
 
 def _softmax_attention(q_BTHK, k_BTHK, v_BTHK, mask_BT):
@@ -394,6 +435,27 @@ def _softmax_attention(q_BTHK, k_BTHK, v_BTHK, mask_BT):
     return jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(v_BTHK.dtype), v_BTHK)
 
 
+def _cached_attention(q_BTHK, k_BTHK, v_BTHK, mask_BT, cache):
+    """Causal softmax attention of T new queries over the cache's keys plus the T new ones,
+    written at slots index .. index+T-1. Returns (out_BTHK, the cache's new "k", "v",
+    "kv_mask" and "index")."""
+    T, K = q_BTHK.shape[1], q_BTHK.shape[-1]
+    index = cache["index"]
+    k_BSHK = lax.dynamic_update_slice_in_dim(cache["k"], k_BTHK.astype(cache["k"].dtype), index, 1)
+    v_BSHK = lax.dynamic_update_slice_in_dim(cache["v"], v_BTHK.astype(cache["v"].dtype), index, 1)
+    kv_mask_BS = lax.dynamic_update_slice_in_dim(cache["kv_mask"], mask_BT, index, 1)
+    S = k_BSHK.shape[1]
+    scores_BHTS = jnp.einsum(
+        "bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32
+    ) * (K**-0.5)
+    causal_TS = (index + jnp.arange(T))[:, None] >= jnp.arange(S)[None, :]
+    mask_B1TS = (causal_TS[None] & kv_mask_BS[:, None, :])[:, None]
+    scores_BHTS = jnp.where(mask_B1TS, scores_BHTS, jnp.finfo(jnp.float32).min)
+    probs_BHTS = jnp.where(mask_B1TS, jax.nn.softmax(scores_BHTS, axis=-1), 0.0)
+    out_BTHK = jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(v_BSHK.dtype), v_BSHK)
+    return out_BTHK, dict(k=k_BSHK, v=v_BSHK, kv_mask=kv_mask_BS, index=index + T)
+
+
 class Block(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         norm = functools.partial(
@@ -404,10 +466,10 @@ class Block(nnx.Module):
         self.mlp_norm = norm(cfg.d_model)
         self.mlp = SwiGLU(cfg, rngs)
 
-    def __call__(self, x_BTD, mask_BT):
-        y_BTD, angle_BHR = self.mixer(self.mixer_norm(x_BTD), mask_BT)
+    def __call__(self, x_BTD, mask_BT, cache=None):
+        y_BTD, angle_BHR, cache = self.mixer(self.mixer_norm(x_BTD), mask_BT, cache)
         x_BTD = x_BTD + y_BTD
-        return x_BTD + self.mlp(self.mlp_norm(x_BTD)), angle_BHR
+        return x_BTD + self.mlp(self.mlp_norm(x_BTD)), angle_BHR, cache
 
 
 class Model(nnx.Module):
@@ -428,13 +490,16 @@ class Model(nnx.Module):
             rngs=rngs,
         )
 
-    def __call__(self, tokens_BT, mask_BT):
+    def __call__(self, tokens_BT, mask_BT, caches=None):
+        """(logits_BTC, final angle per layer, new caches or None)."""
         x_BTD = self.embed(tokens_BT)
-        angles = []
-        for block in self.blocks:
-            x_BTD, angle_BHR = block(x_BTD, mask_BT)
+        angles, new_caches = [], []
+        for i, block in enumerate(self.blocks):
+            x_BTD, angle_BHR, cache = block(x_BTD, mask_BT, None if caches is None else caches[i])
             angles.append(angle_BHR)
-        return self.head(self.final_norm(x_BTD)).astype(jnp.float32), angles
+            new_caches.append(cache)
+        logits_BTC = self.head(self.final_norm(x_BTD)).astype(jnp.float32)
+        return logits_BTC, angles, None if caches is None else new_caches
 
 
 @functools.lru_cache(maxsize=64)
@@ -456,7 +521,55 @@ def apply(cfg: ModelConfig, params: dict, tokens_BT, *, mask_BT=None):
     if mask_BT is None:
         mask_BT = jnp.ones(tokens_BT.shape, bool)
     model = nnx.merge(_graphdef(cfg), params)
-    return model(tokens_BT, mask_BT.astype(bool))
+    logits_BTC, angles, _ = model(tokens_BT, mask_BT.astype(bool))
+    return logits_BTC, angles
+
+
+def init_cache(cfg: ModelConfig, batch_size: int, max_len: int = 0) -> list[dict]:
+    """Per layer, the state that `decode` carries between calls, for a fresh sequence:
+    "seen" real tokens [B] (RoPE positions); selective: the phi conv's window [B, W-1, H*R] and
+    the raw angle [B, H, R]; GLA: the recurrent state [B, H, K, K] and the q/k/v conv windows
+    [3, B, W-1, D]; transformer: `max_len` key and value slots [B, S, H, K], which slots hold
+    a real token [B, S] and the next slot to write (a scalar)."""
+    B, D, H, K = batch_size, cfg.d_model, cfg.num_heads, cfg.head_dim
+    W, dtype = cfg.conv_size, jnp.dtype(cfg.dtype)
+    if cfg.model == "transformer" and max_len <= 0:
+        raise ValueError(f"init_cache: a transformer needs max_len >= 1 (got {max_len})")
+    cache = {"seen": jnp.zeros((B,), jnp.int32)}
+    if cfg.position == "selective":
+        cache["phi_window"] = jnp.zeros((B, W - 1, H * (K // 2)), jnp.float32)
+        cache["angle"] = jnp.zeros((B, H, K // 2), jnp.float32)
+    if cfg.model == "gla":
+        cache["state"] = jnp.zeros((B, H, K, K), jnp.float32)
+        if cfg.short_conv:
+            cache["qkv_window"] = jnp.zeros((3, B, W - 1, D), dtype)
+    else:
+        cache["k"] = jnp.zeros((B, max_len, H, K), dtype)
+        cache["v"] = jnp.zeros((B, max_len, H, K), dtype)
+        cache["kv_mask"] = jnp.zeros((B, max_len), bool)
+        cache["index"] = jnp.zeros((), jnp.int32)
+    return [dict(cache) for _ in range(cfg.num_layers)]
+
+
+def decode(cfg: ModelConfig, params: dict, tokens_BT, caches: list[dict], *, mask_BT=None):
+    """Continue the sequences held by `caches` (from `init_cache` or a previous call) with
+    tokens_BT, any number of tokens at a time: (logits_BTC, new caches). Feeding a sequence in
+    pieces gives the logits `apply` gives for the whole (tested); padding is skipped as there.
+
+    A transformer's cache has a fixed number of slots: writing past them raises when the index
+    is concrete (outside jit); under jit the caller keeps `index + T <= max_len`."""
+    if mask_BT is None:
+        mask_BT = jnp.ones(tokens_BT.shape, bool)
+    if cfg.model == "transformer":
+        index, slots = caches[0]["index"], caches[0]["k"].shape[1]
+        if not isinstance(index, jax.core.Tracer) and int(index) + tokens_BT.shape[1] > slots:
+            raise ValueError(
+                f"decode: the cache has {slots} slots, {int(index)} used; "
+                f"{tokens_BT.shape[1]} more tokens do not fit (init_cache(max_len=...))"
+            )
+    model = nnx.merge(_graphdef(cfg), params)
+    logits_BTC, _, caches = model(tokens_BT, mask_BT.astype(bool), caches)
+    return logits_BTC, caches
 
 
 @functools.lru_cache(maxsize=64)
@@ -471,7 +584,7 @@ def phi(cfg: ModelConfig, rotary_params: dict, x_BTD, *, mask_BT=None):
     if mask_BT is None:
         mask_BT = jnp.ones(x_BTD.shape[:2], bool)
     rotary = nnx.merge(_rotary_graphdef(cfg), rotary_params)
-    return rotary.phi(x_BTD, mask_BT.astype(bool))
+    return rotary.phi(x_BTD, mask_BT.astype(bool))[0]
 
 
 def num_params(params) -> int:
