@@ -74,11 +74,14 @@ def _make_state_fn(method: Method, tx, batch_spec, seed: int) -> Callable[[], Tr
     return make_state
 
 
-def _train_step(method_step: Callable) -> Callable:
+def _train_step(method_step: Callable, mesh: Mesh) -> Callable:
     def train_step(state: TrainState, batch):
-        rng = jax.random.fold_in(state.rng, state.step)
-        new_state, metrics = method_step(state, batch, rng=rng)
-        return new_state.replace(step=state.step + 1), metrics
+        # The mesh is visible while tracing (`jax.sharding.get_abstract_mesh()`), so a method can
+        # put a Pallas kernel, which XLA cannot partition, under `jax.shard_map`.
+        with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+            rng = jax.random.fold_in(state.rng, state.step)
+            new_state, metrics = method_step(state, batch, rng=rng)
+            return new_state.replace(step=state.step + 1), metrics
 
     return train_step
 
@@ -111,7 +114,7 @@ def init(config, method: Method, *, devices=None) -> Session:
     batch_sharding = sharding.batch_sharding(mesh)
     state = jax.jit(make_state, out_shardings=state_shardings)()
     step = jax.jit(
-        _train_step(method.step or gradient_step(method.loss, tx)),
+        _train_step(method.step or gradient_step(method.loss, tx), mesh),
         in_shardings=(state_shardings, batch_sharding),
         out_shardings=(state_shardings, sharding.replicated(mesh)),
         donate_argnums=(0,),

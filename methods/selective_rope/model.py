@@ -51,7 +51,8 @@ from flax import nnx
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from core.kernels.selective_rotary import op as selective_rotary
+from core.kernels import selective_rotary
+from core.mesh import data_axes
 from core.nn import positions as positions_lib
 from core.nn.transformer import RMSNorm, SwiGLU, dense_factory
 
@@ -305,10 +306,27 @@ class SelectiveRotary(nnx.Module):
         )
         phi_BTHR, window_BWC = self.phi(x_BTD, mask_BT, window_BWC)
         temp_R = jnp.asarray(temperature(self.cfg))
-        q_BTHK, k_BTHK, angle_BHR = selective_rotary(
-            q_BTHK, k_BTHK, phi_BTHR, temp_R, offset_BHR, mask_BT=mask_BT, impl=self.cfg.rotary_impl
+        q_BTHK, k_BTHK, angle_BHR = _rotate(self.cfg.rotary_impl)(
+            q_BTHK, k_BTHK, phi_BTHR, temp_R, offset_BHR, mask_BT
         )
         return q_BTHK, k_BTHK, angle_BHR, window_BWC
+
+
+def _rotate(impl: str):
+    """`selective_rotary.op`, or, when it runs a Pallas kernel while a multi-device mesh is being
+    traced for (core.train sets it), `sharded_op` over the mesh's batch axes and "model" (heads,
+    as SHARDING_RULES split them): XLA cannot partition a kernel by itself."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if not selective_rotary.uses_kernel(impl) or mesh.empty or mesh.size == 1:
+        return functools.partial(selective_rotary.op, impl=impl)
+    heads = "model" if "model" in mesh.axis_names else None
+    return functools.partial(
+        selective_rotary.sharded_op,
+        mesh=mesh,
+        batch_axes=data_axes(mesh),
+        head_axes=heads,
+        impl=impl,
+    )
 
 
 def _positions(mask_BT, start_B=None):

@@ -166,6 +166,63 @@ def test_interpret_params_catches_a_parallel_time_axis(tpu_interpret_state, monk
     assert not np.allclose(got[0], want[0], atol=1e-3)
 
 
+# ----------------------------------------------------------------- under shard_map
+
+SHARD_SPECS = dict(batch_axes="data", head_axes="model")
+
+
+def _mesh_4x2():
+    return jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def _outputs_and_grads(fn, args):
+    loss = lambda *a: _loss_with_all_outputs(fn, *a)
+    return jax.jit(fn)(*args), jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4)))(*args)
+
+
+def _assert_outputs_and_grads_close(got, want):
+    """The tolerances of the unsharded tests (assert_outputs_close, test_gradients_match_...)."""
+    assert_outputs_close(got[0], want[0])
+    for name, g, w in zip(("q", "k", "phi", "temp", "offset"), got[1], want[1], strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_sharded_op_equals_op(impl):
+    """Batch over "data" (4), heads over "model" (2): outputs and all gradients equal the
+    unsharded reference; temp is replicated, so its gradient is the sum over the 8 shards."""
+    args = make_inputs(8, 37, 4, 8)
+    sharded = functools.partial(api.sharded_op, mesh=_mesh_4x2(), impl=impl, **SHARD_SPECS)
+    want = _outputs_and_grads(selective_rotary_reference, args)
+    _assert_outputs_and_grads_close(_outputs_and_grads(sharded, args), want)
+
+
+def test_kernel_gradients_under_shard_map_with_vma_checks(tpu_interpret_state):
+    """The kernel's custom_vjp inside shard_map(check_vma=True), TPU semantics simulated: the
+    out_shapes carry the inputs' varying axes and the replicated temp's gradient is psummed
+    (without the psum, jax rejects the bwd rule; with a pmean it would be 8x too small)."""
+    args = make_inputs(8, 20, 4, 8)
+    config = KernelConfig(backend="tpu", interpret=pltpu.InterpretParams(), block_t=8)
+    x, state = jax.P("data", None, "model", None), jax.P("data", "model", None)
+    kernel = jax.shard_map(
+        lambda *a: selective_rotary_pallas(*a, config),
+        mesh=_mesh_4x2(),
+        in_specs=(x, x, x, jax.P(), state),
+        out_specs=(x, x, state),
+        check_vma=True,
+    )
+    want = _outputs_and_grads(selective_rotary_reference, args)
+    _assert_outputs_and_grads_close(_outputs_and_grads(kernel, args), want)
+
+
+def test_sharded_op_rejects_shapes_that_do_not_divide():
+    q, k, phi, temp, off = make_inputs(6, 8, 4, 8)
+    with pytest.raises(ValueError, match="batch=6 does not divide over mesh axes"):
+        api.sharded_op(q, k, phi, temp, off, mesh=_mesh_4x2(), **SHARD_SPECS)
+    with pytest.raises(ValueError, match="not \\['fsdp'\\]"):
+        api.sharded_op(q, k, phi, temp, off, mesh=_mesh_4x2(), batch_axes=("data", "fsdp"))
+
+
 # ----------------------------------------------------------------- lowering (no device)
 
 LOWER_SHAPES = [
@@ -188,6 +245,21 @@ def test_op_lowers_forward_and_grad(monkeypatch, platform, lowering, B, T, H, K,
     for f, calls in ((fwd, 1), (jax.grad(loss, argnums=(0, 1, 2, 3, 4)), 2)):
         text = jax.jit(f).trace(*specs).lower(lowering_platforms=(lowering,)).as_text()
         assert text.count(marker) == calls
+
+
+@pytest.mark.parametrize("platform,lowering", [("tpu", "tpu"), ("gpu", "cuda")])
+def test_sharded_op_lowers_with_vma_checks(monkeypatch, platform, lowering):
+    """sharded_op(impl="pallas") under shard_map(check_vma=True), lowered from CPU with local
+    shards: one kernel call forward, two in the grad, and temp's gradient all-reduced."""
+    monkeypatch.setattr(api, "_platform", lambda: platform)
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in make_inputs(8, 64, 4, 16)]
+    fwd = functools.partial(api.sharded_op, mesh=_mesh_4x2(), impl="pallas", **SHARD_SPECS)
+    grad = jax.grad(lambda *a: _loss_with_all_outputs(fwd, *a), argnums=(0, 1, 2, 3, 4))
+    marker = "tpu_custom_call" if platform == "tpu" else "__gpu$xla.gpu.triton"
+    for f, calls in ((fwd, 1), (grad, 2)):
+        text = jax.jit(f).trace(*specs).lower(lowering_platforms=(lowering,)).as_text()
+        assert text.count(marker) == calls
+        assert ("all_reduce" in text) == (f is grad)
 
 
 # ----------------------------------------------------------------- properties of op

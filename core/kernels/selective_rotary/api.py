@@ -18,15 +18,18 @@ mask_BT (1 = real token, 0 = padding) zeroes phi, so padding does not advance th
 final_state ignores it; padded positions are still rotated by the angle carried so far.
 
 Sharding: a Pallas kernel cannot be auto-partitioned (Mosaic raises "Mosaic kernels cannot be
-automatically partitioned. Please wrap the call in a shard_map."). Under a sharded `jit`, the
-caller wraps `op(..., impl="pallas")` in `jax.shard_map` over batch and/or head axes (never
-T: the cumulative sum runs along it), so the kernel sees local shards. With
-`check_vma=True` the kernel's out_shape needs the inputs' manual axes (ENGINEERING.md section
-4); that is not built yet, so use `check_vma=False` or impl="xla" under shard_map for now.
+automatically partitioned. Please wrap the call in a shard_map."). `sharded_op` is `op` inside
+`jax.shard_map` over batch and head mesh axes (never T: the cumulative sum runs along it), so
+the kernel sees local shards; every (batch row, head) is independent, so no collective is
+needed in the forward. The kernel's outputs carry the inputs' varying mesh axes, so
+`check_vma=True` (shard_map's default) works, and temp's gradient is summed over the shards.
 """
+
+import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
 from core.kernels.selective_rotary.kernel import KernelConfig, selective_rotary_pallas
 from core.kernels.selective_rotary.reference import selective_rotary_reference
@@ -38,6 +41,12 @@ KERNEL_BACKENDS = ("tpu", "gpu")
 def _platform() -> str:
     """The default backend's platform name; a function so tests can pretend to be a TPU/GPU."""
     return jax.default_backend()
+
+
+def uses_kernel(impl: str = "auto") -> bool:
+    """Whether `op(..., impl=impl)` runs a Pallas kernel on this backend (which XLA cannot
+    partition: under a multi-device mesh, call `sharded_op`)."""
+    return impl in ("pallas", "interpret") or (impl == "auto" and _platform() in KERNEL_BACKENDS)
 
 
 def op(q_BTHK, k_BTHK, phi_BTHR, temp_R, offset_BHR=None, mask_BT=None, *, impl="auto"):
@@ -64,3 +73,70 @@ def op(q_BTHK, k_BTHK, phi_BTHR, temp_R, offset_BHR=None, mask_BT=None, *, impl=
     else:
         config = KernelConfig(backend=platform)
     return selective_rotary_pallas(q_BTHK, k_BTHK, phi_BTHR, temp_R, offset_BHR, config)
+
+
+def sharded_op(
+    q_BTHK,
+    k_BTHK,
+    phi_BTHR,
+    temp_R,
+    offset_BHR=None,
+    mask_BT=None,
+    *,
+    mesh: jax.sharding.Mesh,
+    batch_axes=("data", "fsdp"),
+    head_axes="model",
+    impl="auto",
+    check_vma=None,
+):
+    """`op` under `jax.shard_map`: batch split over `batch_axes`, heads over `head_axes` (mesh
+    axis names, a name, a tuple or None), T and the pairs whole. Call it inside a `jit` whose
+    inputs are sharded that way (or let shard_map move them). Same returns as `op`.
+
+    check_vma (shard_map's varying-axes check) defaults to True, except for impl="interpret":
+    jax 0.10.2's Pallas HLO interpreter slices varying blocks with invariant grid indices and
+    fails that check, so the interpreted kernel runs with check_vma=False."""
+    if check_vma is None:
+        check_vma = impl != "interpret"
+    batch_axes, head_axes = _present(mesh, batch_axes), _present(mesh, head_axes)
+    B, H = q_BTHK.shape[0], q_BTHK.shape[2]
+    for what, n, axes in (("batch", B, batch_axes), ("heads", H, head_axes)):
+        size = _axes_size(mesh, axes)
+        if n % size:
+            raise ValueError(
+                f"sharded_op: {what}={n} does not divide over mesh axes {axes} of size {size}"
+            )
+    if offset_BHR is None:
+        offset_BHR = jnp.zeros((B, H, q_BTHK.shape[3] // 2), jnp.float32)
+    if mask_BT is None:
+        mask_BT = jnp.ones(q_BTHK.shape[:2], jnp.float32)
+    x_spec = P(batch_axes, None, head_axes, None)
+    state_spec = P(batch_axes, head_axes, None)
+    local_op = functools.partial(_local_op, impl=impl)
+    return jax.shard_map(
+        local_op,
+        mesh=mesh,
+        in_specs=(x_spec, x_spec, x_spec, P(), state_spec, P(batch_axes, None)),
+        out_specs=(x_spec, x_spec, state_spec),
+        check_vma=check_vma,
+    )(q_BTHK, k_BTHK, phi_BTHR, temp_R, offset_BHR, mask_BT)
+
+
+def _local_op(q, k, phi, temp, offset, mask, *, impl):
+    return op(q, k, phi, temp, offset, mask, impl=impl)
+
+
+def _present(mesh, axes) -> tuple[str, ...]:
+    """`axes` as a tuple of the mesh's axis names; an unknown name is an error."""
+    axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    unknown = [a for a in axes if a not in mesh.axis_names]
+    if unknown:
+        raise ValueError(f"sharded_op: mesh has axes {mesh.axis_names}, not {unknown}")
+    return axes
+
+
+def _axes_size(mesh, axes) -> int:
+    size = 1
+    for a in axes:
+        size *= mesh.shape[a]
+    return size

@@ -46,7 +46,7 @@ def rotate_gpu(q_B2TC, k_B2TC, phi_BTC, temp_1C, offset_B1C, *, block_t, block_c
             x_spec,
         ],
         out_specs=[x_spec, x_spec, lane_spec],
-        out_shape=out_shapes(q_B2TC, k_B2TC),
+        out_shape=out_shapes(q_B2TC, k_B2TC, phi_BTC, temp_1C, offset_B1C),
         compiler_params=pltriton.CompilerParams(num_warps=NUM_WARPS, num_stages=NUM_STAGES),
         interpret=interpret,
         name="selective_rotary_gpu",

@@ -18,6 +18,7 @@ leading axis avoids lane-offset slices (uncertain on Mosaic) as well as value sl
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import ManualAxisType
 
 _F32 = jnp.float32
 
@@ -50,11 +51,19 @@ def rotate_tile(rows, carry_1C, temp_ref, phi_ref, q_ref, k_ref, qo_ref, ko_ref)
     return carry_1C + jnp.sum(phi_TC, axis=0, keepdims=True)
 
 
-def out_shapes(q_B2TC, k_B2TC):
-    """What both wrappers return: q' and k' like their inputs, final state [B, 1, C] float32."""
+def out_shapes(q_B2TC, k_B2TC, *others):
+    """What both wrappers return: q' and k' like their inputs, final state [B, 1, C] float32.
+
+    Inside `jax.shard_map(check_vma=True)` a `pallas_call`'s outputs must say over which mesh
+    axes they vary: the union over all kernel inputs (`others` are the remaining ones). Outside
+    shard_map that union is empty, which is also what Pallas expects there."""
     B, _, _, C = q_B2TC.shape
+    varying = frozenset().union(
+        *(jax.typeof(a).manual_axis_type.varying for a in (q_B2TC, k_B2TC, *others))
+    )
+    vma = ManualAxisType(varying=varying)
     return [
-        jax.ShapeDtypeStruct(q_B2TC.shape, q_B2TC.dtype),
-        jax.ShapeDtypeStruct(k_B2TC.shape, k_B2TC.dtype),
-        jax.ShapeDtypeStruct((B, 1, C), jnp.float32),
+        jax.ShapeDtypeStruct(q_B2TC.shape, q_B2TC.dtype, manual_axis_type=vma),
+        jax.ShapeDtypeStruct(k_B2TC.shape, k_B2TC.dtype, manual_axis_type=vma),
+        jax.ShapeDtypeStruct((B, 1, C), jnp.float32, manual_axis_type=vma),
     ]

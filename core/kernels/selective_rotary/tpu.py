@@ -61,7 +61,7 @@ def rotate_tpu(
             x_spec,
         ],
         out_specs=[x_spec, x_spec, lane_spec],
-        out_shape=out_shapes(q_B2TC, k_B2TC),
+        out_shape=out_shapes(q_B2TC, k_B2TC, phi_BTC, temp_1C, offset_B1C),
         scratch_shapes=[pltpu.VMEM((1, bc), jnp.float32)],
         compiler_params=pltpu.CompilerParams(dimension_semantics=dimension_semantics or SEMANTICS),
         interpret=interpret,
