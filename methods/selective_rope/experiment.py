@@ -27,7 +27,7 @@ from configs import selective_rope as sr_config
 from core import train
 from core.claims import Claim, Report
 from core.metrics import NonFiniteLossError
-from methods.selective_rope import evaluate_lengths, make, model, model_config
+from methods.selective_rope import evaluate_lengths, make, model, model_config, parity_flip
 
 POSITIONS = ("selective", "rope", "none")
 
@@ -51,7 +51,7 @@ FULL = Setting(
     positions=POSITIONS,
     seeds=(0, 1, 2),
     lrs=(1e-3, 3e-3),
-    steps={"gla": 850, "transformer": 700},
+    steps={"gla": 1200, "transformer": 700},
     train_length=64,
     test_lengths=(128, 256, 512),
     eval_examples=512,
@@ -83,7 +83,10 @@ def parity_config(kind: str, position: str, *, lr: float, seed: int, steps: int,
     c.train.steps, c.train.batch_size = steps, 64
     c.train.log_every = max(steps // 4, 1)
     c.train.checkpoint_every, c.train.eval_every = 0, -1
-    c.optim.name, c.optim.weight_decay = "adamw", 0.0
+    # AdamW with weight decay 0.1, the authors' setting: without it (and 850 steps) GLA +
+    # Selective RoPE reached 0.88 at length 64 and 0.78 at 128; with it 0.97 and 0.93
+    # (1700-step development runs, seed 0).
+    c.optim.name, c.optim.weight_decay = "adamw", 0.1
     c.optim.lr, c.optim.warmup_steps, c.optim.schedule = lr, 50, "cosine"
     c.optim.grad_clip = 1.0
     c.eval.num_examples = s.eval_examples
@@ -115,7 +118,10 @@ def train_and_eval(config, workdir: str) -> dict:
     except NonFiniteLossError as e:
         print(f"   diverged: {e}", flush=True)
         return {"diverged": 1.0, "seconds": time.perf_counter() - t0}
-    metrics = evaluate_lengths(model_config(config), result.state.params, config, seed=config.seed)
+    cfg = model_config(config)
+    metrics = evaluate_lengths(cfg, result.state.params, config, seed=config.seed)
+    if config.task.name == "parity" and cfg.position == "selective":
+        metrics.update(parity_flip(cfg, result.state.params))
     return {**metrics, "diverged": 0.0, "seconds": time.perf_counter() - t0}
 
 
@@ -183,6 +189,11 @@ def print_table(parity: dict, means: dict, s: Setting) -> None:
                     f"{_get(run, T):>15.3f} ({_get(run, T, 'final'):.3f})" for T in lengths
                 )
                 print(f"{name:<22}{r['lr']:>7g}{r['params']:>8}  {seed:>4}{cells}")
+            flips = [run["flip_error"] for run in r["seeds"].values() if "flip_error" in run]
+            if flips:
+                print(
+                    f"{'':<22}best pair's flip error (rad): " + ", ".join(f"{e:.3f}" for e in flips)
+                )
             m = means[kind][position]
             cells = "".join(
                 f"{m[f'len{T}/last_quarter']:>15.3f} ({m[f'len{T}/final']:.3f})" for T in lengths

@@ -605,6 +605,22 @@ def phi(cfg: ModelConfig, rotary_params: dict, x_BTD, *, mask_BT=None):
     return rotary.phi(x_BTD, mask_BT.astype(bool))[0]
 
 
+def steady_increments(cfg: ModelConfig, params: dict, tokens) -> np.ndarray:
+    """The first layer's angle step temp_j * phi (radians, [len(tokens), H, R]) in a long run of
+    each token. Its input x is a function of the token alone, and without SiLU phi is linear in
+    it, so this is exactly what one occurrence of the token adds to the angle in any context.
+    A pair solves parity for all lengths when a 1-bit adds pi (mod 2 pi) more than a 0-bit."""
+    if cfg.position != "selective":
+        raise ValueError(f"steady_increments needs position='selective', not {cfg.position!r}")
+    run = cfg.conv_size + 1  # past the conv's start-up
+    tokens_NT = jnp.repeat(jnp.asarray(tokens, jnp.int32)[:, None], run, axis=1)
+    model = nnx.merge(_graphdef(cfg), params)
+    block = model.blocks[0]
+    mask_NT = jnp.ones(tokens_NT.shape, bool)
+    phi_NTHR, _ = block.mixer.rotary.phi(block.mixer_norm(model.embed(tokens_NT)), mask_NT)
+    return np.asarray(phi_NTHR[:, -1]) * temperature(cfg)
+
+
 def num_params(params) -> int:
     return sum(x.size for x in jax.tree_util.tree_leaves(params))
 
