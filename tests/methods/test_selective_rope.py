@@ -225,6 +225,45 @@ def test_kernel_trains_on_a_sharded_mesh():
     np.testing.assert_allclose(losses["interpret"], losses["xla"], rtol=1e-5)
 
 
+def test_steady_increments_are_what_one_token_adds_anywhere():
+    """Changing one token (well before the end) from 1 to 2 moves the final angle by exactly
+    the difference of the two tokens' steady increments (divided by temp): the diagnostic
+    describes a token's effect in any context, not only in a run of it. A start-up position
+    (inside the conv's window) or a missing temperature would break this."""
+    cfg = _variant("gla", "selective", temp_max=2.5)
+    params = model.init_params(cfg, KEY)
+    tokens = jax.random.randint(jax.random.PRNGKey(8), (1, 20), 1, 3)
+    ones, twos = tokens.at[0, 9].set(1), tokens.at[0, 9].set(2)
+    (_, (angle_1,)), (_, (angle_2,)) = (
+        model.apply(cfg, params, ones),
+        model.apply(cfg, params, twos),
+    )
+    steps = model.steady_increments(cfg, params, [1, 2])
+    # float32 sums of ~20 terms of size ~1: 1e-5.
+    np.testing.assert_allclose(
+        (angle_2 - angle_1)[0] * model.temperature(cfg), steps[1] - steps[0], atol=1e-5
+    )
+
+
+def test_parity_flip_measures_the_distance_to_a_pi_turn(monkeypatch):
+    from methods import selective_rope
+
+    cfg = _variant("gla", "selective")
+    for delta, error in (
+        (np.pi + 0.05, 0.05),
+        (-np.pi, 0.0),
+        (3 * np.pi - 0.2, 0.2),
+        (0.1, np.pi - 0.1),
+    ):
+        zero = np.full((4, 8), 0.7)
+        one = zero + np.pi / 2  # every pair a quarter turn apart ...
+        one[2, 5] = zero[2, 5] + delta  # ... except one
+        monkeypatch.setattr(model, "steady_increments", lambda *a, z=zero, o=one: np.stack([z, o]))
+        got = selective_rope.parity_flip(cfg, None)
+        np.testing.assert_allclose(got["flip_error"], min(error, np.pi / 2), atol=1e-9)
+        np.testing.assert_allclose(got["flip_reach"], (np.pi / 2) / max(got["flip_error"], 1e-12))
+
+
 def test_loss_is_masked_cross_entropy_over_classes():
     config = sr_config.get_config("size=smoke")
     cfg = model_config(config)
