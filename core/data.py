@@ -7,6 +7,7 @@ step is identical whatever the process count, and the iterator state (a batch in
 exactly.
 """
 
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,6 +44,53 @@ def synthetic(
     def make_batch(b: int) -> dict[str, np.ndarray]:
         first = b * global_batch + index * local
         return stack([example_fn(np.random.default_rng([seed, first + j])) for j in range(local)])
+
+    dataset = grain.MapDataset.range(num_batches or _ENDLESS).map(make_batch)
+    return iter(dataset.to_iter_dataset())
+
+
+def in_memory(
+    arrays: dict[str, np.ndarray],
+    *,
+    global_batch: int,
+    seed: int,
+    shard: tuple[int, int] = (0, 1),
+    shuffle: bool = True,
+    num_batches: int | None = None,
+) -> grain.DatasetIterator:
+    """A checkpointable iterator over a fixed dataset held in memory, epoch after epoch.
+
+    `arrays` share their leading (example) dimension. The stream is the concatenation of epochs,
+    each a permutation of the examples drawn from `np.random.default_rng([seed, epoch])` (the
+    natural order with `shuffle=False`); global batch b is stream items b*B .. (b+1)*B-1 and
+    process p produces its contiguous slice, so, as with `synthetic`, the global batches do
+    not depend on the process count and the state (a batch index) resumes them exactly. With
+    `global_batch` = the dataset size and no shuffle, every step sees the whole dataset
+    (full-batch training)."""
+    sizes = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in arrays.items()}
+    if len(set(sizes.values())) != 1 or None in sizes.values():
+        raise ConfigError(f"in_memory: arrays need one shared leading dimension, got {sizes}")
+    n = next(iter(sizes.values()))
+    index, count = shard
+    if global_batch % count:
+        raise ConfigError(
+            f"train.batch_size={global_batch} is not divisible by the process count {count}"
+        )
+    local = global_batch // count
+    arrays = {k: np.asarray(v) for k, v in arrays.items()}
+
+    @functools.lru_cache(maxsize=2)  # a batch spans at most a few epochs
+    def order(epoch: int) -> np.ndarray:
+        return np.random.default_rng([seed, epoch]).permutation(n)
+
+    def item(i: int) -> int:  # stream position -> example index
+        epoch, pos = divmod(i, n)
+        return int(order(epoch)[pos]) if shuffle else pos
+
+    def make_batch(b: int) -> dict[str, np.ndarray]:
+        first = b * global_batch + index * local
+        rows = np.array([item(first + j) for j in range(local)])
+        return {k: v[rows] for k, v in arrays.items()}
 
     dataset = grain.MapDataset.range(num_batches or _ENDLESS).map(make_batch)
     return iter(dataset.to_iter_dataset())

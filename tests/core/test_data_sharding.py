@@ -45,6 +45,25 @@ def test_seeds_give_different_streams():
     assert not np.array_equal(a, b)
 
 
+def test_in_memory_epochs_are_permutations_and_process_count_invariant():
+    arrays = {"x": np.arange(10) * 10, "y": np.arange(20).reshape(10, 2)}
+    one = [next(it) for it in [data.in_memory(arrays, global_batch=5, seed=3)] for _ in range(4)]
+    stream = np.concatenate([b["x"] for b in one])
+    for epoch in (stream[:10], stream[10:]):  # each epoch visits every example once
+        np.testing.assert_array_equal(np.sort(epoch), arrays["x"])
+    assert not np.array_equal(stream[:10], stream[10:])  # a new order per epoch
+    np.testing.assert_array_equal(one[0]["y"][:, 0], one[0]["x"] // 5)  # rows stay together
+    halves = [data.in_memory(arrays, global_batch=4, seed=3, shard=(p, 2)) for p in (0, 1)]
+    whole = data.in_memory(arrays, global_batch=4, seed=3)
+    for _ in range(3):
+        joined = np.concatenate([next(h)["x"] for h in halves])
+        np.testing.assert_array_equal(joined, next(whole)["x"])
+    full = next(data.in_memory(arrays, global_batch=10, seed=0, shuffle=False))
+    np.testing.assert_array_equal(full["x"], arrays["x"])
+    with pytest.raises(ConfigError, match="one shared leading dimension"):
+        data.in_memory({"x": np.arange(3), "y": np.arange(4)}, global_batch=1, seed=0)
+
+
 def test_batch_not_divisible_by_processes():
     with pytest.raises(ConfigError, match="not divisible by the process count 3"):
         data.synthetic(example, global_batch=8, seed=0, shard=(0, 3))
