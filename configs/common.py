@@ -52,6 +52,14 @@ def parse_arg(arg: str | None, defaults: dict[str, str]) -> dict[str, str]:
     return options
 
 
+def choose(field: str, value: str, known):
+    """`known[value]` (a dict) or `value` (a tuple/list of names), or a ConfigError naming the
+    field and the choices: the check every config option of the form name=value needs."""
+    if value not in known:
+        raise ConfigError(f"{field}={value!r} is unknown; expected one of: {', '.join(known)}")
+    return known[value] if isinstance(known, dict) else value
+
+
 def base_config(mesh: str = "auto") -> ConfigDict:
     c = ConfigDict()
     c.method = ""

@@ -9,8 +9,7 @@ parity | modular). Any field can be overridden, e.g. --config.task.length=32.
 
 from ml_collections import ConfigDict
 
-from configs.common import base_config, parse_arg, set_training
-from core.errors import ConfigError
+from configs.common import base_config, choose, parse_arg, set_training
 
 # Task parameters, passed to methods.lm.tasks.make_task(name, **options).
 TASKS = {
@@ -34,8 +33,8 @@ SIZES = {
 
 def get_config(arg: str | None = None) -> ConfigDict:
     opts = parse_arg(arg, {"mesh": "auto", "size": "small", "task": "copy"})
-    size = SIZES[opts["size"]] if opts["size"] in SIZES else _bad("size", opts["size"], SIZES)
-    task = TASKS[opts["task"]] if opts["task"] in TASKS else _bad("task", opts["task"], TASKS)
+    size = choose("size", opts["size"], SIZES)
+    task = choose("task", opts["task"], TASKS)
 
     c = base_config(opts["mesh"])
     c.method = "lm"
@@ -56,6 +55,3 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.eval = ConfigDict(dict(num_examples=64 if opts["size"] == "smoke" else 512))
     return c
 
-
-def _bad(field: str, value: str, known: dict):
-    raise ConfigError(f"{field}={value!r} is unknown; expected one of: {', '.join(known)}")

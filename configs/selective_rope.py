@@ -13,8 +13,7 @@ selective variant's parameter count (model.match_params).
 
 from ml_collections import ConfigDict
 
-from configs.common import base_config, parse_arg, set_training
-from core.errors import ConfigError
+from configs.common import base_config, choose, parse_arg, set_training
 
 MODELS = ("gla", "transformer")
 POSITIONS = ("selective", "rope", "none")
@@ -45,12 +44,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
             "task": "parity",
         },
     )
-    size = SIZES[opts["size"]] if opts["size"] in SIZES else _bad("size", opts["size"], SIZES)
-    task = TASKS[opts["task"]] if opts["task"] in TASKS else _bad("task", opts["task"], TASKS)
-    if opts["model"] not in MODELS:
-        _bad("model", opts["model"], MODELS)
-    if opts["position"] not in POSITIONS:
-        _bad("position", opts["position"], POSITIONS)
+    size = choose("size", opts["size"], SIZES)
+    task = choose("task", opts["task"], TASKS)
+    choose("model", opts["model"], MODELS)
+    choose("position", opts["position"], POSITIONS)
     smoke = opts["size"] == "smoke"
 
     c = base_config(opts["mesh"])
@@ -94,6 +91,3 @@ def get_config(arg: str | None = None) -> ConfigDict:
     )
     return c
 
-
-def _bad(field: str, value: str, known):
-    raise ConfigError(f"{field}={value!r} is unknown; expected one of: {', '.join(known)}")
