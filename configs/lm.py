@@ -54,4 +54,3 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.optim.weight_decay = 0.01
     c.eval = ConfigDict(dict(num_examples=64 if opts["size"] == "smoke" else 512))
     return c
-

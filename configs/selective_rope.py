@@ -90,4 +90,3 @@ def get_config(arg: str | None = None) -> ConfigDict:
         )
     )
     return c
-

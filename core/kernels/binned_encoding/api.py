@@ -1,0 +1,118 @@
+"""One entry for the fused NAB encoder + first layer: `op(coords, bins, w1, b1, impl=...)`.
+
+z_NF = encode(coords_N2, bins) @ w1_MF + b1_F (see `reference.py` for the features and
+`Bins`), without materialising the N x M features on the kernel paths.
+
+impl:
+  "auto"       the Pallas kernel on TPU and GPU, the jnp reference on any other backend;
+  "xla"        the jnp reference (`reference.encode_dense`), differentiated by plain autodiff;
+  "pallas"     the kernel for `jax.default_backend()`: the Mosaic wrappers with grid-resident
+               accumulators (`tpu.py`) on "tpu", the Triton in-program-loop wrappers (`gpu.py`)
+               on "gpu"; a ValueError elsewhere;
+  "interpret"  the Triton-shaped wrappers (`gpu.py`) run by the Pallas interpreter on any
+               backend, for tests on CPU. Those are interpreted because `interpret=True` runs
+               grid steps in order, which models their in-program loops faithfully; the TPU
+               wrappers' grid reductions are checked separately under `pltpu.InterpretParams`,
+               which simulates TPU grid semantics (tests/kernels/test_binned_encoding.py).
+Differentiable in bins, w1 and b1 on every impl (first order on the kernel paths, through a
+`custom_vjp`: see `kernel.py`). The kernel paths give coords a zero gradient (pixel
+coordinates are data); impl="xla" differentiates them too.
+
+`bins` is a `Bins` or a mapping with its seven keys; the gradient has the same structure.
+
+Sharding: XLA cannot partition a Pallas call. `sharded_op` is `op` inside `jax.shard_map` over
+the pixels (every pixel is independent in the forward; bins, W1 and b1 replicated); the kernel
+outputs carry the inputs' varying axes and the replicated inputs' gradients are summed over
+the shards, so `check_vma=True` (shard_map's default) works.
+"""
+
+import functools
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+from core.kernels.binned_encoding.kernel import KernelConfig, encode_dense_pallas
+from core.kernels.binned_encoding.reference import as_bins, check_shapes, encode_dense
+
+IMPLS = ("auto", "xla", "pallas", "interpret")
+KERNEL_BACKENDS = ("tpu", "gpu")
+
+
+def _platform() -> str:
+    """The default backend's platform name; a function so tests can pretend to be a TPU/GPU."""
+    return jax.default_backend()
+
+
+def uses_kernel(impl: str = "auto") -> bool:
+    """Whether `op(..., impl=impl)` runs a Pallas kernel on this backend (which XLA cannot
+    partition: under a multi-device mesh, call `sharded_op`)."""
+    return impl in ("pallas", "interpret") or (impl == "auto" and _platform() in KERNEL_BACKENDS)
+
+
+def op(coords_N2, bins, w1_MF, b1_F, *, impl="auto"):
+    """z_NF float32 [N, F]: the NAB features of coords_N2 [N, 2] times w1_MF [M, F], plus b1_F."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl={impl!r} is unknown; expected one of: {', '.join(IMPLS)}")
+    platform = _platform()
+    if impl == "auto":
+        impl = "pallas" if platform in KERNEL_BACKENDS else "xla"
+    if impl == "pallas" and platform not in KERNEL_BACKENDS:
+        raise ValueError(
+            f'impl="pallas" needs a TPU or GPU backend, not {platform!r}; '
+            'use impl="interpret" (the kernel, interpreted) or impl="xla" (the reference)'
+        )
+    bins = as_bins(bins)
+    check_shapes(coords_N2, bins, w1_MF, b1_F)
+    if impl == "xla":
+        return encode_dense(coords_N2, bins, w1_MF, b1_F)
+    if impl == "interpret":
+        config = KernelConfig(backend="gpu", interpret=True)
+    else:
+        config = KernelConfig(backend=platform)
+    return encode_dense_pallas(coords_N2, bins, w1_MF, b1_F, config)
+
+
+def sharded_op(
+    coords_N2,
+    bins,
+    w1_MF,
+    b1_F,
+    *,
+    mesh: jax.sharding.Mesh,
+    pixel_axes=("data", "fsdp"),
+    impl="auto",
+    check_vma=None,
+):
+    """`op` under `jax.shard_map`: pixels split over `pixel_axes` (mesh axis names, a name, a
+    tuple or None), bins, w1 and b1 replicated. Same returns as `op`, z sharded like coords.
+
+    check_vma defaults to True, except for impl="interpret": jax 0.10.2's Pallas HLO
+    interpreter fails that check (fori_loop carries mixing varying and invariant values)."""
+    if check_vma is None:
+        check_vma = impl != "interpret"
+    pixel_axes = _present(mesh, pixel_axes)
+    size = 1
+    for a in pixel_axes:
+        size *= mesh.shape[a]
+    N = coords_N2.shape[0]
+    if N % size:
+        raise ValueError(
+            f"sharded_op: N={N} pixels do not divide over mesh axes {pixel_axes} of size {size}"
+        )
+    rows = P(pixel_axes, None)
+    return jax.shard_map(
+        functools.partial(op, impl=impl),
+        mesh=mesh,
+        in_specs=(rows, P(), P(), P()),
+        out_specs=rows,
+        check_vma=check_vma,
+    )(coords_N2, as_bins(bins), w1_MF, b1_F)
+
+
+def _present(mesh, axes) -> tuple[str, ...]:
+    """`axes` as a tuple of the mesh's axis names; an unknown name is an error."""
+    axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    unknown = [a for a in axes if a not in mesh.axis_names]
+    if unknown:
+        raise ValueError(f"sharded_op: mesh has axes {mesh.axis_names}, not {unknown}")
+    return axes

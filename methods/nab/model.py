@@ -1,0 +1,141 @@
+"""NAB's implicit neural representation: coordinates -> encoding -> MLP -> attenuation.
+
+    cfg = ModelConfig(size=128, encoding="nab")
+    params, frozen = init_params(cfg, rng)     # trainable and frozen leaves (ablations)
+    image_NN = render(cfg, params, frozen)     # [size, size] float32
+
+Coordinates are pixel centres in the phantoms' unit-disc frame (`phantoms.py`): pixel size//2
+is the origin and size//2 pixels is 1, x along columns, y along rows, so one pixel is
+`pixel = 1 / (size // 2)` and the reconstruction circle is the unit disc.
+
+Encodings (`cfg.encoding`), both with `num_features` (M) outputs and the same MLP after them:
+  "nab": M soft rotated bins (`core.kernels.binned_encoding`): bin i has centre (u, v), sides
+         (h, w) (used as |h|, |w|), rotation theta, steepness k and height lam, and feature
+         lam * box_h(x') * box_w(y') in the bin's rotated frame, each box a difference of two
+         tanh. Every bin parameter is trained (unless frozen). Initialisation (the paper does
+         not publish one; the notes' proposal): centres uniform on [-0.85, 0.85]^2, sides
+         uniform on [0.05, 0.5] of the field of view (2 units), theta = 0, lam = 1, and
+         k = s / pixel with the steepness scales s of `cfg.steepness` assigned in turn, so a
+         bin's edge spans 1/s pixels (s ~ 1-5: steeper bins from a random start learn worse,
+         and a saturated tanh gives no gradient to a bin's position or size).
+  "rff": random Fourier features [cos 2 pi B c, sin 2 pi B c], B [M/2, 2] ~ N(0, sigma^2),
+         fixed (Tancik et al. 2020; the paper's INRf baseline).
+MLP: M -> hidden x depth (ReLU) -> 1, He-normal weights, zero biases; the first layer is fused
+with the NAB encoding (`binned_encoding.op`), so its N x M features need not be materialised.
+"""
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core.kernels import binned_encoding
+
+ENCODINGS = ("nab", "rff")
+BIN_PARAMS = ("u", "v", "h", "w", "theta", "k", "lam")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    size: int = 128  # image side N
+    encoding: str = "nab"
+    num_features: int = 456  # M, the paper's bin count
+    hidden: int = 256
+    depth: int = 3  # hidden layers
+    steepness: tuple[float, ...] = (1.5, 3.0)  # NAB: k * pixel per scale, bins assigned in turn
+    rff_sigma: float = 4.0  # RFF: std of B, in cycles per unit (the unit disc's radius)
+    frozen: tuple[str, ...] = ()  # NAB ablations: bin parameters kept at their initial values
+    impl: str = "auto"  # binned_encoding.op's implementation
+
+    def __post_init__(self):
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"ModelConfig.encoding={self.encoding!r}; expected one of {ENCODINGS}")
+        for name in ("size", "num_features", "hidden", "depth"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"ModelConfig.{name} must be a positive int, got {value!r}")
+        if self.encoding == "rff" and self.num_features % 2:
+            raise ValueError(f"ModelConfig.num_features must be even for rff ({self.num_features})")
+        unknown = set(self.frozen) - set(BIN_PARAMS)
+        if unknown:
+            raise ValueError(
+                f"ModelConfig.frozen has unknown names {sorted(unknown)}; known: {BIN_PARAMS}"
+            )
+        if not self.steepness or min(self.steepness) <= 0:
+            raise ValueError(f"ModelConfig.steepness must be positive scales, got {self.steepness}")
+
+    @property
+    def pixel(self) -> float:
+        return 1.0 / (self.size // 2)
+
+
+def pixel_coords(size: int) -> np.ndarray:
+    """(x, y) of every pixel centre, row-major, float32 [size * size, 2], in the unit-disc frame."""
+    u = (np.arange(size) - size // 2) / (size // 2)
+    y, x = np.meshgrid(u, u, indexing="ij")
+    return np.stack([x.ravel(), y.ravel()], axis=1).astype(np.float32)
+
+
+def _dense(rng, fan_in: int, fan_out: int) -> dict:
+    w = jax.random.normal(rng, (fan_in, fan_out), jnp.float32) * math.sqrt(2.0 / fan_in)
+    return {"w": w, "b": jnp.zeros((fan_out,), jnp.float32)}
+
+
+def init_bins(cfg: ModelConfig, rng) -> dict:
+    """The NAB bins' initial parameters, seven float32 [M] arrays (see the module docstring)."""
+    M = cfg.num_features
+    k_centre, k_size = jax.random.split(rng)
+    centre = jax.random.uniform(k_centre, (2, M), jnp.float32, -0.85, 0.85)
+    sides = jax.random.uniform(k_size, (2, M), jnp.float32, 0.1, 1.0)  # 0.05-0.5 of 2 units
+    scales = np.resize(np.asarray(cfg.steepness, np.float32), M)  # s_0, s_1, s_0, ...
+    return {
+        "u": centre[0],
+        "v": centre[1],
+        "h": sides[0],
+        "w": sides[1],
+        "theta": jnp.zeros((M,), jnp.float32),
+        "k": jnp.asarray(scales / cfg.pixel),
+        "lam": jnp.ones((M,), jnp.float32),
+    }
+
+
+def init_params(cfg: ModelConfig, rng) -> tuple[dict, dict]:
+    """(trainable params, frozen leaves): RFF's B and the bins named in `cfg.frozen` are frozen."""
+    k_enc, *k_layers = jax.random.split(rng, cfg.depth + 2)
+    widths = [cfg.num_features] + [cfg.hidden] * cfg.depth + [1]
+    mlp = [_dense(k, a, b) for k, a, b in zip(k_layers, widths[:-1], widths[1:], strict=True)]
+    params, frozen = {"mlp": mlp}, {}
+    if cfg.encoding == "rff":
+        frozen["B"] = cfg.rff_sigma * jax.random.normal(k_enc, (cfg.num_features // 2, 2))
+    else:
+        bins = init_bins(cfg, k_enc)
+        params["bins"] = {n: v for n, v in bins.items() if n not in cfg.frozen}
+        frozen["bins"] = {n: v for n, v in bins.items() if n in cfg.frozen}
+    return params, frozen
+
+
+def bins_of(params: dict, frozen: dict) -> dict:
+    """All seven bin parameters, sides made positive (|h|, |w|: a box is symmetric in them)."""
+    bins = {**params["bins"], **frozen["bins"]}
+    return {**bins, "h": jnp.abs(bins["h"]), "w": jnp.abs(bins["w"])}
+
+
+def first_layer(cfg: ModelConfig, params: dict, frozen: dict, coords_N2) -> jax.Array:
+    """The first dense layer's pre-activation [N, hidden] from the encoded coordinates."""
+    layer = params["mlp"][0]
+    if cfg.encoding == "nab":
+        bins = binned_encoding.Bins(**bins_of(params, frozen))
+        return binned_encoding.op(coords_N2, bins, layer["w"], layer["b"], impl=cfg.impl)
+    proj_NH = 2.0 * jnp.pi * coords_N2 @ frozen["B"].T
+    features_NM = jnp.concatenate([jnp.cos(proj_NH), jnp.sin(proj_NH)], axis=1)
+    return features_NM @ layer["w"] + layer["b"]
+
+
+def render(cfg: ModelConfig, params: dict, frozen: dict) -> jax.Array:
+    """The represented image, float32 [size, size]."""
+    h_NF = first_layer(cfg, params, frozen, jnp.asarray(pixel_coords(cfg.size)))
+    for layer in params["mlp"][1:]:
+        h_NF = jax.nn.relu(h_NF) @ layer["w"] + layer["b"]
+    return h_NF.reshape(cfg.size, cfg.size)
