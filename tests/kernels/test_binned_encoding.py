@@ -214,7 +214,7 @@ def test_kernel_gradients_under_shard_map_with_vma_checks(tpu_interpret_state):
 
 
 def test_sharded_op_rejects_pixels_that_do_not_divide():
-    with pytest.raises(ValueError, match="N=50 pixels do not divide over mesh axes"):
+    with pytest.raises(ValueError, match="pixels=50 does not divide over mesh axes"):
         api.sharded_op(*make_inputs(50, 4, 8), mesh=_mesh_4x2(), pixel_axes="data")
     with pytest.raises(ValueError, match="not \\['fsdp'\\]"):
         api.sharded_op(*make_inputs(64, 4, 8), mesh=_mesh_4x2())

@@ -31,11 +31,9 @@ import functools
 import jax
 from jax.sharding import PartitionSpec as P
 
+from core.kernels import common
 from core.kernels.binned_encoding.kernel import KernelConfig, encode_dense_pallas
 from core.kernels.binned_encoding.reference import as_bins, check_shapes, encode_dense
-
-IMPLS = ("auto", "xla", "pallas", "interpret")
-KERNEL_BACKENDS = ("tpu", "gpu")
 
 
 def _platform() -> str:
@@ -46,21 +44,13 @@ def _platform() -> str:
 def uses_kernel(impl: str = "auto") -> bool:
     """Whether `op(..., impl=impl)` runs a Pallas kernel on this backend (which XLA cannot
     partition: under a multi-device mesh, call `sharded_op`)."""
-    return impl in ("pallas", "interpret") or (impl == "auto" and _platform() in KERNEL_BACKENDS)
+    return common.uses_kernel(impl, _platform())
 
 
 def op(coords_N2, bins, w1_MF, b1_F, *, impl="auto"):
     """z_NF float32 [N, F]: the NAB features of coords_N2 [N, 2] times w1_MF [M, F], plus b1_F."""
-    if impl not in IMPLS:
-        raise ValueError(f"impl={impl!r} is unknown; expected one of: {', '.join(IMPLS)}")
     platform = _platform()
-    if impl == "auto":
-        impl = "pallas" if platform in KERNEL_BACKENDS else "xla"
-    if impl == "pallas" and platform not in KERNEL_BACKENDS:
-        raise ValueError(
-            f'impl="pallas" needs a TPU or GPU backend, not {platform!r}; '
-            'use impl="interpret" (the kernel, interpreted) or impl="xla" (the reference)'
-        )
+    impl = common.resolve_impl(impl, platform)
     bins = as_bins(bins)
     check_shapes(coords_N2, bins, w1_MF, b1_F)
     if impl == "xla":
@@ -86,19 +76,9 @@ def sharded_op(
     """`op` under `jax.shard_map`: pixels split over `pixel_axes` (mesh axis names, a name, a
     tuple or None), bins, w1 and b1 replicated. Same returns as `op`, z sharded like coords.
 
-    check_vma defaults to True, except for impl="interpret": jax 0.10.2's Pallas HLO
-    interpreter fails that check (fori_loop carries mixing varying and invariant values)."""
-    if check_vma is None:
-        check_vma = impl != "interpret"
-    pixel_axes = _present(mesh, pixel_axes)
-    size = 1
-    for a in pixel_axes:
-        size *= mesh.shape[a]
-    N = coords_N2.shape[0]
-    if N % size:
-        raise ValueError(
-            f"sharded_op: N={N} pixels do not divide over mesh axes {pixel_axes} of size {size}"
-        )
+    check_vma: `common.default_check_vma` (True except for impl="interpret")."""
+    check_vma = common.default_check_vma(check_vma, impl)
+    pixel_axes = common.mesh_axes(mesh, pixel_axes, what="pixels", size_of=coords_N2.shape[0])
     rows = P(pixel_axes, None)
     return jax.shard_map(
         functools.partial(op, impl=impl),
@@ -107,12 +87,3 @@ def sharded_op(
         out_specs=rows,
         check_vma=check_vma,
     )(coords_N2, as_bins(bins), w1_MF, b1_F)
-
-
-def _present(mesh, axes) -> tuple[str, ...]:
-    """`axes` as a tuple of the mesh's axis names; an unknown name is an error."""
-    axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
-    unknown = [a for a in axes if a not in mesh.axis_names]
-    if unknown:
-        raise ValueError(f"sharded_op: mesh has axes {mesh.axis_names}, not {unknown}")
-    return axes

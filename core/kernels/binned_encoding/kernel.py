@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from core.kernels import common
 from core.kernels.binned_encoding import gpu, tpu
 from core.kernels.binned_encoding.kernel_body import GRAD_ROWS
 from core.kernels.binned_encoding.reference import Bins, as_bins, check_shapes
@@ -208,27 +209,13 @@ def _bwd(config, residuals, g_NF):
     d_bins, dw1_MF = encode_dense_backward(coords_N2, bins, w1_MF, g_NF, config)
     db1_F = jnp.sum(jnp.asarray(g_NF, jnp.float32), axis=0)
     d_coords = jnp.zeros(coords_N2.shape, jnp.float32)  # not needed: coordinates are data
-    d_bins = Bins(*(_like_primal(g, p) for g, p in zip(d_bins, bins, strict=True)))
+    d_bins = Bins(*(common.like_primal(g, p) for g, p in zip(d_bins, bins, strict=True)))
     return (
-        _like_primal(d_coords, coords_N2),
+        common.like_primal(d_coords, coords_N2),
         d_bins,
-        _like_primal(dw1_MF, w1_MF),
-        _like_primal(db1_F, b1_F),
+        common.like_primal(dw1_MF, w1_MF),
+        common.like_primal(db1_F, b1_F),
     )
-
-
-def _like_primal(grad, primal):
-    """`grad` with `primal`'s dtype and, under shard_map, its varying mesh axes: a primal that is
-    the same on every shard of an axis (bins, W1, b1 when pixels are sharded) gets the sum of
-    the shards' gradients, the total derivative, as `shard_map`'s own transpose would give it."""
-    grad = grad.astype(primal.dtype)
-    grad_axes = jax.typeof(grad).manual_axis_type.varying
-    primal_axes = jax.typeof(primal).manual_axis_type.varying
-    if grad_axes - primal_axes:
-        grad = jax.lax.psum(grad, tuple(sorted(grad_axes - primal_axes)))
-    if primal_axes - grad_axes:
-        grad = jax.lax.pcast(grad, tuple(sorted(primal_axes - grad_axes)), to="varying")
-    return grad
 
 
 encode_dense_pallas.defvjp(_fwd, _bwd)

@@ -26,7 +26,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.sharding import ManualAxisType
+
+from core.kernels import common
 
 _F32 = jnp.float32
 _HIGHEST = lax.Precision.HIGHEST
@@ -144,25 +145,17 @@ def backward_tile(rows, cols, xy_ref, prm_ref, w1_ref, g_ref):
     return dw1_MF, (d_u, d_v, d_h, d_w, d_theta, d_k, d_lam)
 
 
-def _vma(*inputs) -> ManualAxisType:
-    """Inside `jax.shard_map(check_vma=True)` a `pallas_call`'s outputs must say over which mesh
-    axes they vary: the union over all kernel inputs. Outside shard_map that union is empty,
-    which is also what Pallas expects there."""
-    varying = frozenset().union(*(jax.typeof(a).manual_axis_type.varying for a in inputs))
-    return ManualAxisType(varying=varying)
-
-
 def forward_out_shape(xy_2N1, prm_8M, w1_MF, b1_1F):
     """z [N, F] float32, varying like the inputs."""
     shape = (xy_2N1.shape[1], w1_MF.shape[1])
-    vma = _vma(xy_2N1, prm_8M, w1_MF, b1_1F)
+    vma = common.vma(xy_2N1, prm_8M, w1_MF, b1_1F)
     return jax.ShapeDtypeStruct(shape, _F32, manual_axis_type=vma)
 
 
 def backward_out_shapes(num_partials, xy_2N1, prm_8M, w1_MF, g_NF):
     """(dprm [P, 8, M], dW1 [P, M, F]) float32, varying like the inputs."""
     M, F = w1_MF.shape
-    vma = _vma(xy_2N1, prm_8M, w1_MF, g_NF)
+    vma = common.vma(xy_2N1, prm_8M, w1_MF, g_NF)
     return [
         jax.ShapeDtypeStruct((num_partials, 8, M), _F32, manual_axis_type=vma),
         jax.ShapeDtypeStruct((num_partials, M, F), _F32, manual_axis_type=vma),

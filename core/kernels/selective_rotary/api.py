@@ -31,11 +31,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from core.kernels import common
 from core.kernels.selective_rotary.kernel import KernelConfig, selective_rotary_pallas
 from core.kernels.selective_rotary.reference import selective_rotary_reference
-
-IMPLS = ("auto", "xla", "pallas", "interpret")
-KERNEL_BACKENDS = ("tpu", "gpu")
 
 
 def _platform() -> str:
@@ -46,20 +44,12 @@ def _platform() -> str:
 def uses_kernel(impl: str = "auto") -> bool:
     """Whether `op(..., impl=impl)` runs a Pallas kernel on this backend (which XLA cannot
     partition: under a multi-device mesh, call `sharded_op`)."""
-    return impl in ("pallas", "interpret") or (impl == "auto" and _platform() in KERNEL_BACKENDS)
+    return common.uses_kernel(impl, _platform())
 
 
 def op(q_BTHK, k_BTHK, phi_BTHR, temp_R, offset_BHR=None, mask_BT=None, *, impl="auto"):
-    if impl not in IMPLS:
-        raise ValueError(f"impl={impl!r} is unknown; expected one of: {', '.join(IMPLS)}")
     platform = _platform()
-    if impl == "auto":
-        impl = "pallas" if platform in KERNEL_BACKENDS else "xla"
-    if impl == "pallas" and platform not in KERNEL_BACKENDS:
-        raise ValueError(
-            f'impl="pallas" needs a TPU or GPU backend, not {platform!r}; '
-            'use impl="interpret" (the kernel, interpreted) or impl="xla" (the reference)'
-        )
+    impl = common.resolve_impl(impl, platform)
     if mask_BT is not None:  # padding does not advance the angle
         phi_BTHR = phi_BTHR * mask_BT[:, :, None, None].astype(phi_BTHR.dtype)
     if offset_BHR is None:
@@ -93,19 +83,12 @@ def sharded_op(
     axis names, a name, a tuple or None), T and the pairs whole. Call it inside a `jit` whose
     inputs are sharded that way (or let shard_map move them). Same returns as `op`.
 
-    check_vma (shard_map's varying-axes check) defaults to True, except for impl="interpret":
-    jax 0.10.2's Pallas HLO interpreter slices varying blocks with invariant grid indices and
-    fails that check, so the interpreted kernel runs with check_vma=False."""
-    if check_vma is None:
-        check_vma = impl != "interpret"
-    batch_axes, head_axes = _present(mesh, batch_axes), _present(mesh, head_axes)
+    check_vma (shard_map's varying-axes check): `common.default_check_vma` (True except for
+    impl="interpret")."""
+    check_vma = common.default_check_vma(check_vma, impl)
     B, H = q_BTHK.shape[0], q_BTHK.shape[2]
-    for what, n, axes in (("batch", B, batch_axes), ("heads", H, head_axes)):
-        size = _axes_size(mesh, axes)
-        if n % size:
-            raise ValueError(
-                f"sharded_op: {what}={n} does not divide over mesh axes {axes} of size {size}"
-            )
+    batch_axes = common.mesh_axes(mesh, batch_axes, what="batch", size_of=B)
+    head_axes = common.mesh_axes(mesh, head_axes, what="heads", size_of=H)
     if offset_BHR is None:
         offset_BHR = jnp.zeros((B, H, q_BTHK.shape[3] // 2), jnp.float32)
     if mask_BT is None:
@@ -124,19 +107,3 @@ def sharded_op(
 
 def _local_op(q, k, phi, temp, offset, mask, *, impl):
     return op(q, k, phi, temp, offset, mask, impl=impl)
-
-
-def _present(mesh, axes) -> tuple[str, ...]:
-    """`axes` as a tuple of the mesh's axis names; an unknown name is an error."""
-    axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
-    unknown = [a for a in axes if a not in mesh.axis_names]
-    if unknown:
-        raise ValueError(f"sharded_op: mesh has axes {mesh.axis_names}, not {unknown}")
-    return axes
-
-
-def _axes_size(mesh, axes) -> int:
-    size = 1
-    for a in axes:
-        size *= mesh.shape[a]
-    return size

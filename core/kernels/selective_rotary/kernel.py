@@ -24,6 +24,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from core.kernels import common
 from core.kernels.selective_rotary import gpu, tpu
 from core.kernels.selective_rotary.reference import check_shapes, cumulative_state
 
@@ -156,21 +157,7 @@ def _bwd(config, residuals, cotangents):
     d_offset_BHR = d_phi_BTHR[:, 0]  # = sum_t g_S
     d_temp_R = jnp.sum(g_angle_BTHR * S_BTHR, axis=(0, 1, 2))
     grads = (dq_BTHK, dk_BTHK, d_phi_BTHR, d_temp_R, d_offset_BHR)
-    return tuple(_like_primal(g, x) for g, x in zip(grads, residuals, strict=True))
-
-
-def _like_primal(grad, primal):
-    """`grad` with `primal`'s dtype and, under shard_map, its varying mesh axes: a primal that is
-    the same on every shard of an axis (temp, typically) gets the sum of the shards' gradients,
-    the total derivative, as `shard_map`'s own transpose would give it."""
-    grad = grad.astype(primal.dtype)
-    grad_axes = jax.typeof(grad).manual_axis_type.varying
-    primal_axes = jax.typeof(primal).manual_axis_type.varying
-    if grad_axes - primal_axes:
-        grad = jax.lax.psum(grad, tuple(sorted(grad_axes - primal_axes)))
-    if primal_axes - grad_axes:
-        grad = jax.lax.pcast(grad, tuple(sorted(primal_axes - grad_axes)), to="varying")
-    return grad
+    return tuple(common.like_primal(g, x) for g, x in zip(grads, residuals, strict=True))
 
 
 selective_rotary_pallas.defvjp(_fwd, _bwd)

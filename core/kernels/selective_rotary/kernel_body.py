@@ -18,7 +18,8 @@ leading axis avoids lane-offset slices (uncertain on Mosaic) as well as value sl
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import ManualAxisType
+
+from core.kernels import common
 
 _F32 = jnp.float32
 
@@ -58,10 +59,7 @@ def out_shapes(q_B2TC, k_B2TC, *others):
     axes they vary: the union over all kernel inputs (`others` are the remaining ones). Outside
     shard_map that union is empty, which is also what Pallas expects there."""
     B, _, _, C = q_B2TC.shape
-    varying = frozenset().union(
-        *(jax.typeof(a).manual_axis_type.varying for a in (q_B2TC, k_B2TC, *others))
-    )
-    vma = ManualAxisType(varying=varying)
+    vma = common.vma(q_B2TC, k_B2TC, *others)
     return [
         jax.ShapeDtypeStruct(q_B2TC.shape, q_B2TC.dtype, manual_axis_type=vma),
         jax.ShapeDtypeStruct(k_B2TC.shape, k_B2TC.dtype, manual_axis_type=vma),

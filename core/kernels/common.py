@@ -1,0 +1,77 @@
+"""What every kernel package shares: impl dispatch, shard_map plumbing, vma bookkeeping.
+
+Each `core/kernels/<op>/api.py` keeps its own `_platform()` (tests monkeypatch it to pretend to
+be a TPU or GPU) and passes it here.
+"""
+
+import jax
+from jax.sharding import ManualAxisType
+
+IMPLS = ("auto", "xla", "pallas", "interpret")
+KERNEL_BACKENDS = ("tpu", "gpu")
+
+
+def resolve_impl(impl: str, platform: str) -> str:
+    """ "xla", "pallas" or "interpret" for `impl` on `platform`: "auto" is the kernel on TPU and
+    GPU and the jnp reference elsewhere; "pallas" off TPU/GPU is an error naming the options."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl={impl!r} is unknown; expected one of: {', '.join(IMPLS)}")
+    if impl == "auto":
+        return "pallas" if platform in KERNEL_BACKENDS else "xla"
+    if impl == "pallas" and platform not in KERNEL_BACKENDS:
+        raise ValueError(
+            f'impl="pallas" needs a TPU or GPU backend, not {platform!r}; '
+            'use impl="interpret" (the kernel, interpreted) or impl="xla" (the reference)'
+        )
+    return impl
+
+
+def uses_kernel(impl: str, platform: str) -> bool:
+    """Whether `impl` runs a Pallas kernel on `platform` (which XLA cannot partition)."""
+    return impl in ("pallas", "interpret") or (impl == "auto" and platform in KERNEL_BACKENDS)
+
+
+def default_check_vma(check_vma: bool | None, impl: str) -> bool:
+    """shard_map's check_vma for a kernel call: True unless asked otherwise, except for
+    impl="interpret": jax 0.10.2's Pallas HLO interpreter slices varying blocks with invariant
+    grid indices (and mixes them in loop carries), which fails that check."""
+    return impl != "interpret" if check_vma is None else check_vma
+
+
+def mesh_axes(mesh, axes, *, what: str, size_of: int) -> tuple[str, ...]:
+    """`axes` (None, a name or names) as a tuple of `mesh`'s axis names, checking that a
+    dimension of `size_of` divides over them; errors name the op's `what` and the mesh."""
+    axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    unknown = [a for a in axes if a not in mesh.axis_names]
+    if unknown:
+        raise ValueError(f"sharded_op: mesh has axes {mesh.axis_names}, not {unknown}")
+    size = 1
+    for a in axes:
+        size *= mesh.shape[a]
+    if size_of % size:
+        raise ValueError(
+            f"sharded_op: {what}={size_of} does not divide over mesh axes {axes} of size {size}"
+        )
+    return axes
+
+
+def vma(*arrays) -> ManualAxisType:
+    """Inside `jax.shard_map(check_vma=True)` a `pallas_call`'s outputs must say over which mesh
+    axes they vary: the union over all kernel inputs. Outside shard_map that union is empty,
+    which is also what Pallas expects there."""
+    varying = frozenset().union(*(jax.typeof(a).manual_axis_type.varying for a in arrays))
+    return ManualAxisType(varying=varying)
+
+
+def like_primal(grad, primal):
+    """`grad` with `primal`'s dtype and, under shard_map, its varying mesh axes: a primal that is
+    the same on every shard of an axis gets the sum of the shards' gradients, the total
+    derivative, as `shard_map`'s own transpose would give it. For `custom_vjp` backwards."""
+    grad = grad.astype(primal.dtype)
+    grad_axes = jax.typeof(grad).manual_axis_type.varying
+    primal_axes = jax.typeof(primal).manual_axis_type.varying
+    if grad_axes - primal_axes:
+        grad = jax.lax.psum(grad, tuple(sorted(grad_axes - primal_axes)))
+    if primal_axes - grad_axes:
+        grad = jax.lax.pcast(grad, tuple(sorted(primal_axes - grad_axes)), to="varying")
+    return grad
