@@ -153,17 +153,17 @@ def evaluate_lengths(cfg, params, config, *, seed: int) -> dict:
 
 
 def parity_flip(cfg, params) -> dict:
-    """How far the learned rotation is from parity's exact, length-free solution.
+    """How far the learned rotation is from the simplest length-free parity solution.
 
-    For each rotation pair, flip_j = |(step(1-bit) - step(0-bit) - pi) mod 2 pi| in radians
+    For each rotation pair, |(step(1-bit) - step(0-bit) - pi) mod 2 pi| in radians
     (`model.steady_increments`): 0 when a 1-bit turns that pair by exactly pi more than a 0-bit,
-    so cos of its angle relative to the start is the parity at any length. An error e lets n
-    1-bits drift by n * e, so a pair serves up to about (pi / 2) / e 1-bits. Returns the best
-    pair's "flip_error" and "flip_reach" = (pi / 2) / flip_error (1-bits, a length ~2x that)."""
+    so that the pair's angle relative to the start flips with the parity at any length (an
+    error e drifts by n * e after n 1-bits). Returns the best pair's {"flip_error"}. Other
+    solutions exist (a quarter turn per 1-bit read out by the MLP through cos and sin, say),
+    so a large error does not rule out extrapolation, nor a small one guarantee it."""
     steps = model.steady_increments(cfg, params, [tasks.PrefixParity.ZERO, tasks.PrefixParity.ONE])
     flip = np.abs(np.mod(steps[1] - steps[0], 2 * np.pi) - np.pi)  # [H, R], 0 = exact flip
-    error = float(flip.min())
-    return {"flip_error": error, "flip_reach": float(np.pi / 2 / max(error, 1e-12))}
+    return {"flip_error": float(flip.min())}
 
 
 def make(config) -> Method:

@@ -261,7 +261,6 @@ def test_parity_flip_measures_the_distance_to_a_pi_turn(monkeypatch):
         monkeypatch.setattr(model, "steady_increments", lambda *a, z=zero, o=one: np.stack([z, o]))
         got = selective_rope.parity_flip(cfg, None)
         np.testing.assert_allclose(got["flip_error"], min(error, np.pi / 2), atol=1e-9)
-        np.testing.assert_allclose(got["flip_reach"], (np.pi / 2) / max(got["flip_error"], 1e-12))
 
 
 def test_loss_is_masked_cross_entropy_over_classes():
