@@ -102,11 +102,14 @@ def report_lines(layer: dict, rates: dict) -> list[str]:
     return lines
 
 
-flags.DEFINE_integer("size", 256, "image side of the first-layer comparison")
-flags.DEFINE_integer("bins", 456, "M")
-flags.DEFINE_integer("width", 256, "F")
-flags.DEFINE_integer("repeats", 3, "Timed calls per function, after one warm-up.")
-flags.DEFINE_string("out", "results/bench_nab.json", "Where the JSON report goes.")
+def define_flags() -> None:
+    """Called only when run as a script: absl refuses a flag defined twice, and the tests import
+    several benchmarks into one process."""
+    flags.DEFINE_integer("size", 256, "image side of the first-layer comparison")
+    flags.DEFINE_integer("bins", 456, "M")
+    flags.DEFINE_integer("width", 256, "F")
+    flags.DEFINE_integer("repeats", 3, "Timed calls per function, after one warm-up.")
+    flags.DEFINE_string("out", "results/bench_nab.json", "Where the JSON report goes.")
 
 
 def main(argv):
@@ -120,4 +123,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)

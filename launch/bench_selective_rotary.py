@@ -168,13 +168,16 @@ def model_report_lines(m: dict) -> list[str]:
     return lines
 
 
-flags.DEFINE_integer("batch", 8, "B")
-flags.DEFINE_integer("seq", 512, "T")
-flags.DEFINE_integer("heads", 8, "H")
-flags.DEFINE_integer("head_dim", 64, "K (even)")
-flags.DEFINE_string("dtype", "float32", "q/k dtype")
-flags.DEFINE_integer("repeats", 20, "Timed calls per function, after one warm-up.")
-flags.DEFINE_string("out", "results/bench_selective_rotary.json", "Where the JSON report goes.")
+def define_flags() -> None:
+    """Called only when run as a script: absl refuses a flag defined twice, and the tests import
+    several benchmarks into one process."""
+    flags.DEFINE_integer("batch", 8, "B")
+    flags.DEFINE_integer("seq", 512, "T")
+    flags.DEFINE_integer("heads", 8, "H")
+    flags.DEFINE_integer("head_dim", 64, "K (even)")
+    flags.DEFINE_string("dtype", "float32", "q/k dtype")
+    flags.DEFINE_integer("repeats", 20, "Timed calls per function, after one warm-up.")
+    flags.DEFINE_string("out", "results/bench_selective_rotary.json", "Where the JSON report goes.")
 
 
 def main(argv):
@@ -195,4 +198,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
