@@ -243,7 +243,7 @@ def plot(row: dict, truth, path: str, *, title: str) -> None:
     import matplotlib.pyplot as plt
 
     panels = [m for m in ("fbp", "sart", "rff", "nab") if m in row]
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(3 * (len(panels) + 1), 3.3))
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(3 * (len(panels) + 1), 3.6))
     for ax, name in zip(axes[1:], panels, strict=True):
         r = row[name]
         ax.imshow(metrics.prepare(r["image"]), cmap="gray", vmin=0, vmax=1)
@@ -252,6 +252,6 @@ def plot(row: dict, truth, path: str, *, title: str) -> None:
     axes[0].imshow(truth, cmap="gray", vmin=0, vmax=1)
     for ax in axes:
         ax.axis("off")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97))  # keep the two-line titles inside the figure
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -45,7 +45,7 @@ class ModelConfig:
     hidden: int = 256
     depth: int = 3  # hidden layers
     steepness: tuple[float, ...] = (1.5, 3.0)  # NAB: k * pixel per scale, bins assigned in turn
-    rff_sigma: float = 4.0  # RFF: std of B, in cycles per unit (the unit disc's radius)
+    rff_sigma: float = 1.0  # RFF: std of B, in cycles per unit (the unit disc's radius)
     frozen: tuple[str, ...] = ()  # NAB ablations: bin parameters kept at their initial values
     impl: str = "auto"  # binned_encoding.op's implementation
 
