@@ -31,6 +31,16 @@ def uses_kernel(impl: str, platform: str) -> bool:
     return impl in ("pallas", "interpret") or (impl == "auto" and platform in KERNEL_BACKENDS)
 
 
+def kernel_mesh(runs_kernel: bool):
+    """The multi-device mesh being traced for (`core.train` puts it in context) when a Pallas
+    kernel is about to run, else None: the caller then wraps the kernel in its op's
+    `sharded_op`, since XLA cannot partition a Pallas call."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if not runs_kernel or mesh.empty or mesh.size == 1:
+        return None
+    return mesh
+
+
 def default_check_vma(check_vma: bool | None, impl: str) -> bool:
     """shard_map's check_vma for a kernel call: True unless asked otherwise, except for
     impl="interpret": jax 0.10.2's Pallas HLO interpreter slices varying blocks with invariant

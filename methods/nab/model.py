@@ -25,6 +25,7 @@ with the NAB encoding (`binned_encoding.op`), so its N x M features need not be 
 """
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -32,6 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.kernels import binned_encoding
+from core.kernels.common import kernel_mesh
+from core.mesh import data_axes
 
 ENCODINGS = ("nab", "rff")
 BIN_PARAMS = ("u", "v", "h", "w", "theta", "k", "lam")
@@ -135,10 +138,22 @@ def first_layer(cfg: ModelConfig, params: dict, frozen: dict, coords_N2) -> jax.
     layer = params["mlp"][0]
     if cfg.encoding == "nab":
         bins = binned_encoding.Bins(**bins_of(params, frozen))
-        return binned_encoding.op(coords_N2, bins, layer["w"], layer["b"], impl=cfg.impl)
+        return _encode_dense(cfg.impl)(coords_N2, bins, layer["w"], layer["b"])
     proj_NH = 2.0 * jnp.pi * coords_N2 @ frozen["B"].T
     features_NM = jnp.concatenate([jnp.cos(proj_NH), jnp.sin(proj_NH)], axis=1)
     return features_NM @ layer["w"] + layer["b"]
+
+
+def _encode_dense(impl: str):
+    """`binned_encoding.op`, or, when it runs a Pallas kernel while a multi-device mesh is being
+    traced for (core.train sets it), `sharded_op` with the pixels split over the mesh's
+    data-parallel axes: XLA cannot partition a kernel, and every pixel is independent."""
+    mesh = kernel_mesh(binned_encoding.uses_kernel(impl))
+    if mesh is None:
+        return functools.partial(binned_encoding.op, impl=impl)
+    return functools.partial(
+        binned_encoding.sharded_op, mesh=mesh, pixel_axes=data_axes(mesh), impl=impl
+    )
 
 
 def render(cfg: ModelConfig, params: dict, frozen: dict) -> jax.Array:

@@ -52,6 +52,7 @@ from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from core.kernels import selective_rotary
+from core.kernels.common import kernel_mesh
 from core.mesh import data_axes
 from core.nn import positions as positions_lib
 from core.nn.transformer import RMSNorm, SwiGLU, dense_factory
@@ -316,8 +317,8 @@ def _rotate(impl: str):
     """`selective_rotary.op`, or, when it runs a Pallas kernel while a multi-device mesh is being
     traced for (core.train sets it), `sharded_op` over the mesh's batch axes and "model" (heads,
     as SHARDING_RULES split them): XLA cannot partition a kernel by itself."""
-    mesh = jax.sharding.get_abstract_mesh()
-    if not selective_rotary.uses_kernel(impl) or mesh.empty or mesh.size == 1:
+    mesh = kernel_mesh(selective_rotary.uses_kernel(impl))
+    if mesh is None:
         return functools.partial(selective_rotary.op, impl=impl)
     heads = "model" if "model" in mesh.axis_names else None
     return functools.partial(

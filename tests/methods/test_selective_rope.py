@@ -12,6 +12,7 @@ import pytest
 
 from configs import selective_rope as sr_config
 from methods.selective_rope import experiment, loss_fn, model, model_config
+from tests.methods.mesh_check import losses_on_mesh
 
 KEY = jax.random.PRNGKey(0)
 BASE = model.ModelConfig(vocab_size=5, num_classes=5, d_model=32, num_heads=4, d_ff=48)
@@ -202,10 +203,10 @@ def test_decoding_in_pieces_equals_one_pass(kind, position, short_conv):
 
 def test_kernel_trains_on_a_sharded_mesh():
     """rotary_impl="interpret" on a data=2 x fsdp=2 x model=2 mesh: core.train shows the model
-    its mesh, so the kernel runs under `sharded_op` (XLA cannot partition a Pallas call), and
-    three training steps give the losses of the jnp reference. float32, the same formulas in
-    another order: rtol 1e-5."""
-    from core import train
+    its mesh, so the kernel runs under `sharded_op` (XLA cannot partition a Pallas call; the
+    interpreted kernel is plain HLO XLA could, hence the shard_map check), and three training
+    steps give the losses of the jnp reference. float32, the same formulas in another order:
+    rtol 1e-5."""
     from methods.selective_rope import make
 
     losses = {}
@@ -213,15 +214,8 @@ def test_kernel_trains_on_a_sharded_mesh():
         config = sr_config.get_config("size=smoke")
         config.mesh.shape = (2, 2, 2)
         config.model.rotary_impl = impl
-        session = train.init(config, make(config), devices=jax.devices()[:8])
-        state, losses[impl] = session.state, []
-        # The interpreted kernel is plain HLO that XLA could partition; the real one is not,
-        # so check that the step really puts it under shard_map.
-        jaxpr = str(session.step.trace(state, session.next_batch()).jaxpr)
-        assert ("shard_map" in jaxpr) == (impl == "interpret")
-        for _ in range(3):
-            state, metrics = session.step(state, session.next_batch())
-            losses[impl].append(float(metrics["loss"]))
+        losses[impl], sharded = losses_on_mesh(config, make)
+        assert sharded == (impl == "interpret")
     np.testing.assert_allclose(losses["interpret"], losses["xla"], rtol=1e-5)
 
 
