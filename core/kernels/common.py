@@ -11,13 +11,15 @@ IMPLS = ("auto", "xla", "pallas", "interpret")
 KERNEL_BACKENDS = ("tpu", "gpu")
 
 
-def resolve_impl(impl: str, platform: str) -> str:
-    """ "xla", "pallas" or "interpret" for `impl` on `platform`: "auto" is the kernel on TPU and
-    GPU and the jnp reference elsewhere; "pallas" off TPU/GPU is an error naming the options."""
-    if impl not in IMPLS:
-        raise ValueError(f"impl={impl!r} is unknown; expected one of: {', '.join(IMPLS)}")
+def resolve_impl(impl: str, platform: str, *, host: str = "xla") -> str:
+    """ "xla", "pallas", "interpret" or `host` for `impl` on `platform`: "auto" is the kernel on
+    TPU and GPU and `host` elsewhere (the jnp reference unless an op has a faster CPU path of
+    its own, named `host`); "pallas" off TPU/GPU is an error naming the options."""
+    known = IMPLS if host in IMPLS else (*IMPLS, host)
+    if impl not in known:
+        raise ValueError(f"impl={impl!r} is unknown; expected one of: {', '.join(known)}")
     if impl == "auto":
-        return "pallas" if platform in KERNEL_BACKENDS else "xla"
+        return "pallas" if platform in KERNEL_BACKENDS else host
     if impl == "pallas" and platform not in KERNEL_BACKENDS:
         raise ValueError(
             f'impl="pallas" needs a TPU or GPU backend, not {platform!r}; '
@@ -71,6 +73,19 @@ def vma(*arrays) -> ManualAxisType:
     which is also what Pallas expects there."""
     varying = frozenset().union(*(jax.typeof(a).manual_axis_type.varying for a in arrays))
     return ManualAxisType(varying=varying)
+
+
+def varying_like(tree, *arrays):
+    """Every leaf of `tree` (e.g. zero accumulators) marked as varying over each mesh axis any
+    of `arrays` varies over, so a `lax.scan` carry keeps one type under
+    `shard_map(check_vma=True)`. Outside shard_map nothing varies: `tree` is returned as is."""
+    axes = vma(*arrays).varying
+
+    def cast(x):
+        missing = tuple(sorted(axes - jax.typeof(x).manual_axis_type.varying))
+        return jax.lax.pcast(x, missing, to="varying") if missing else x
+
+    return jax.tree.map(cast, tree)
 
 
 def like_primal(grad, primal):

@@ -1,6 +1,6 @@
 """NAB's fused encoder + first layer: the Pallas kernels against the jnp reference on CPU
-(interpret mode and lowering only: nothing here runs on a TPU or GPU), and properties of the
-encoding itself.
+(interpret mode and lowering only: nothing here runs on a TPU or GPU), the same tile code
+scanned on CPU (backend "cpu", impl="tiled"), and properties of the encoding itself.
 
 Tolerances (float32). The kernels build each feature with the same float32 operations as the
 reference (same tanh, same order), so f agrees to the bit or an ulp; what differs is the order
@@ -99,12 +99,13 @@ def tpu_interpret_state():
 SMALL_BLOCKS = {
     "gpu": dict(block_n=16, block_m=16, block_f=64, bwd_block_n=16, bwd_rows=32),
     "tpu": dict(block_n=8, block_f=128, bwd_block_n=8, bwd_rows=16),
+    "cpu": dict(block_n=16, bwd_block_n=8),
 }
 
 # ----------------------------------------------------------------- kernel == reference
 
 
-@pytest.mark.parametrize("backend", ["gpu", "tpu"])
+@pytest.mark.parametrize("backend", ["gpu", "tpu", "cpu"])
 @pytest.mark.parametrize(
     "N,M,F",
     [
@@ -119,23 +120,26 @@ def test_forward_matches_reference(backend, N, M, F):
     assert_close(forward_jit(*args, config), reference_jit(*args), "z")
 
 
-@pytest.mark.parametrize("backend", ["gpu", "tpu"])
+@pytest.mark.parametrize("backend", ["gpu", "tpu", "cpu"])
 def test_gradients_match_reference(backend):
     """All seven bin parameters, W1 and b1 against autodiff of the reference; the backward
     runs as several partials (GPU: 2 partials of 2 pixel tiles, 19 bin tiles; TPU: 4 of 2,
     3 bin tiles), with padding in N, M and F."""
     args = make_inputs(50, 300, 136)
     config = KernelConfig(backend=backend, interpret=True, **SMALL_BLOCKS[backend])
-    assert choose_layout(config, 50, 300, 136).partials > 1
+    layout = choose_layout(config, 50, 300, 136)
+    assert layout.partials > 1 or (backend == "cpu" and layout.N_bwd // layout.bwd_bn == 7)
     kernel = lambda *a: encode_dense_pallas(*a, config)
     assert_grads_close(grads(kernel, args), grads(encode_dense, args))
 
 
-def test_op_interpret_equals_xla_with_default_blocks_and_dict_bins():
+@pytest.mark.parametrize("impl", ["interpret", "tiled"])
+def test_op_kernel_paths_equal_xla_with_default_blocks_and_dict_bins(impl):
     """Through `op` with bins as a dict (how the method holds them): impl="interpret" (GPU
-    wrapper, default tiles) equals impl="xla" in z and in every gradient; the gradient keeps
-    the dict structure; coords get a zero gradient on the kernel path."""
-    coords, bins, w1, b1 = make_inputs(70, 40, 32)
+    wrapper, default tiles) and impl="tiled" (CPU scan, here two 256-pixel tiles) equal
+    impl="xla" in z and in every gradient; the gradient keeps the dict structure; coords get
+    a zero gradient on the kernel paths."""
+    coords, bins, w1, b1 = make_inputs(300 if impl == "tiled" else 70, 40, 32)
     bins = bins._asdict()
 
     def run(impl):
@@ -144,7 +148,7 @@ def test_op_interpret_equals_xla_with_default_blocks_and_dict_bins():
         z = jax.jit(fn)(coords, bins, w1, b1)
         return z, jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(coords, bins, w1, b1)
 
-    (z, (dc, db, dw, dbias)), (z_ref, (_, db_ref, dw_ref, dbias_ref)) = run("interpret"), run("xla")
+    (z, (dc, db, dw, dbias)), (z_ref, (_, db_ref, dw_ref, dbias_ref)) = run(impl), run("xla")
     assert_close(z, z_ref, "z")
     assert isinstance(db, dict) and set(db) == set(Bins._fields)
     for name in Bins._fields:
@@ -211,6 +215,18 @@ def test_kernel_gradients_under_shard_map_with_vma_checks(tpu_interpret_state):
     )
     assert_close(jax.jit(kernel)(*args), reference_jit(*args), "z")
     assert_grads_close(grads(kernel, args), grads(encode_dense, args))
+
+
+def test_tiled_sharded_op_with_vma_checks_equals_reference():
+    """impl="tiled" (the CPU scan) under `sharded_op`, check_vma=True, pixels over all 8
+    devices in two tiles each: the scan's zero carries are marked varying (without that jax
+    rejects the carry's type change) and the gradients equal the reference's."""
+    args = make_inputs(8 * 512, 20, 16)
+    fn = functools.partial(api.sharded_op, mesh=_mesh_4x2(), pixel_axes=("data", "model"))
+    tiled = functools.partial(fn, impl="tiled")
+    assert api.uses_kernel("tiled") and not api.uses_kernel("xla")
+    assert_close(jax.jit(tiled)(*args), reference_jit(*args), "z")
+    assert_grads_close(grads(tiled, args), grads(encode_dense, args))
 
 
 def test_sharded_op_rejects_pixels_that_do_not_divide():
@@ -300,10 +316,11 @@ def test_quarter_turn_with_swapped_sides_gives_the_same_features():
     np.testing.assert_allclose(encode_jit(coords, turned), encode_jit(coords, bins), atol=1e-5)
 
 
-def test_auto_on_cpu_is_the_reference():
+def test_auto_on_cpu_is_tiled():
     args = make_inputs(9, 5, 4)
-    assert not api.uses_kernel("auto") and api.uses_kernel("interpret")
-    np.testing.assert_array_equal(jax.jit(api.op)(*args), reference_jit(*args))
+    assert api.uses_kernel("auto") and api.uses_kernel("interpret")
+    tiled = jax.jit(functools.partial(api.op, impl="tiled"))
+    np.testing.assert_array_equal(jax.jit(api.op)(*args), tiled(*args))
 
 
 @pytest.mark.parametrize(
@@ -326,7 +343,7 @@ def test_bad_shapes_are_one_line_errors_naming_the_shapes():
         ((coords, {"u": bins.u}, w1, b1), "expected \\['u', 'v'"),
     ]
     for args, match in cases:
-        for impl in ("xla", "interpret"):
+        for impl in ("xla", "interpret", "tiled"):
             with pytest.raises(ValueError, match=match) as e:
                 api.op(*args, impl=impl)
             assert "\n" not in str(e.value)

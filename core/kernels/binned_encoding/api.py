@@ -4,8 +4,11 @@ z_NF = encode(coords_N2, bins) @ w1_MF + b1_F (see `reference.py` for the featur
 `Bins`), without materialising the N x M features on the kernel paths.
 
 impl:
-  "auto"       the Pallas kernel on TPU and GPU, the jnp reference on any other backend;
+  "auto"       the Pallas kernel on TPU and GPU, "tiled" on any other backend;
   "xla"        the jnp reference (`reference.encode_dense`), differentiated by plain autodiff;
+  "tiled"      the kernels' tile code (`kernel_body.py`) run by `lax.scan` over pixel tiles
+               with the same custom_vjp (`cpu.py`): plain XLA, for CPU, where it trains NAB
+               ~2x faster than autodiff of the reference (`launch/bench_nab.py`);
   "pallas"     the kernel for `jax.default_backend()`: the Mosaic wrappers with grid-resident
                accumulators (`tpu.py`) on "tpu", the Triton in-program-loop wrappers (`gpu.py`)
                on "gpu"; a ValueError elsewhere;
@@ -20,7 +23,8 @@ coordinates are data); impl="xla" differentiates them too.
 
 `bins` is a `Bins` or a mapping with its seven keys; the gradient has the same structure.
 
-Sharding: XLA cannot partition a Pallas call. `sharded_op` is `op` inside `jax.shard_map` over
+Sharding: XLA cannot partition a Pallas call (nor split "tiled"'s scan without gathering the
+pixels). `sharded_op` is `op` inside `jax.shard_map` over
 the pixels (every pixel is independent in the forward; bins, W1 and b1 replicated); the kernel
 outputs carry the inputs' varying axes and the replicated inputs' gradients are summed over
 the shards, so `check_vma=True` (shard_map's default) works.
@@ -41,21 +45,27 @@ def _platform() -> str:
     return jax.default_backend()
 
 
+HOST_IMPL = "tiled"  # what "auto" runs off TPU and GPU
+
+
 def uses_kernel(impl: str = "auto") -> bool:
-    """Whether `op(..., impl=impl)` runs a Pallas kernel on this backend (which XLA cannot
-    partition: under a multi-device mesh, call `sharded_op`)."""
-    return common.uses_kernel(impl, _platform())
+    """Whether `op(..., impl=impl)` runs kernel code on this backend: a Pallas kernel (which
+    XLA cannot partition) or its tiles under "tiled"; under a multi-device mesh, call
+    `sharded_op`."""
+    return common.resolve_impl(impl, _platform(), host=HOST_IMPL) != "xla"
 
 
 def op(coords_N2, bins, w1_MF, b1_F, *, impl="auto"):
     """z_NF float32 [N, F]: the NAB features of coords_N2 [N, 2] times w1_MF [M, F], plus b1_F."""
     platform = _platform()
-    impl = common.resolve_impl(impl, platform)
+    impl = common.resolve_impl(impl, platform, host=HOST_IMPL)
     bins = as_bins(bins)
     check_shapes(coords_N2, bins, w1_MF, b1_F)
     if impl == "xla":
         return encode_dense(coords_N2, bins, w1_MF, b1_F)
-    if impl == "interpret":
+    if impl == "tiled":
+        config = KernelConfig(backend="cpu")
+    elif impl == "interpret":
         config = KernelConfig(backend="gpu", interpret=True)
     else:
         config = KernelConfig(backend=platform)

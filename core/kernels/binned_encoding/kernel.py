@@ -25,15 +25,23 @@ import jax
 import jax.numpy as jnp
 
 from core.kernels import common
-from core.kernels.binned_encoding import gpu, tpu
+from core.kernels.binned_encoding import cpu, gpu, tpu
 from core.kernels.binned_encoding.kernel_body import GRAD_ROWS
 from core.kernels.binned_encoding.reference import Bins, as_bins, check_shapes
 
-BACKENDS = ("tpu", "gpu")
-# Untuned (nothing here ran on a TPU or GPU); see `choose_layout` and the wrappers' docstrings.
+BACKENDS = ("tpu", "gpu", "cpu")
+# TPU and GPU: untuned (nothing here ran on one); see `choose_layout` and the wrappers'
+# docstrings. CPU: 256-pixel tiles measured fastest at 128 x 128, M = 456 (launch/bench_nab.py).
 DEFAULT_BLOCKS = {
     "tpu": dict(block_n=256, block_m=128, block_f=512, bwd_block_n=256, bwd_rows=None),
     "gpu": dict(block_n=64, block_m=32, block_f=128, bwd_block_n=32, bwd_rows=1024),
+    "cpu": dict(block_n=256, block_m=None, block_f=None, bwd_block_n=256, bwd_rows=None),
+}
+FORWARD = {"tpu": tpu.encode_dense_tpu, "gpu": gpu.encode_dense_gpu, "cpu": cpu.encode_dense_cpu}
+BACKWARD = {
+    "tpu": tpu.encode_dense_bwd_tpu,
+    "gpu": gpu.encode_dense_bwd_gpu,
+    "cpu": cpu.encode_dense_bwd_cpu,
 }
 
 
@@ -41,6 +49,7 @@ DEFAULT_BLOCKS = {
 class KernelConfig:
     """Which wrapper runs, how, and its block sizes (None = DEFAULT_BLOCKS[backend]).
 
+    backend: "tpu" or "gpu" (Pallas), or "cpu" (the same tile code under lax.scan, `cpu.py`).
     interpret: False (compile for `backend`), True (Pallas HLO interpreter, runs grid steps in
     order), or a `pltpu.InterpretParams` (TPU semantics simulated; backend="tpu" only).
     block_n, block_m, block_f: the forward's pixel, bin and output-feature tiles.
@@ -99,6 +108,7 @@ def choose_layout(config: KernelConfig, N: int, M: int, F: int) -> Layout:
     the MXU's contraction depth), M padded to it; F whole if <= 128 (a full dim is always a
     legal block), else padded to a multiple of 128 and BF the largest 128-multiple dividing it
     up to block_f, so the features are computed once per (n, m) for F <= 512.
+    CPU (`cpu.py`, lax.scan): pixel tiles only; M and F whole, unpadded.
     GPU (Triton): powers of two >= 16 everywhere, F padded to a power of two (the backward
     loads whole G rows), BF dividing it.
     """
@@ -113,6 +123,9 @@ def choose_layout(config: KernelConfig, N: int, M: int, F: int) -> Layout:
             F_pad = _round_up(F, 128)
             groups, limit = F_pad // 128, max(get("block_f"), 128)
             bf = 128 * max(d for d in range(1, groups + 1) if groups % d == 0 and 128 * d <= limit)
+    elif config.backend == "cpu":
+        bn, bwd_bn = min(get("block_n"), N), min(get("bwd_block_n"), N)
+        bm, bf, F_pad = M, F, F  # bins and features whole: nothing to pad
     else:
         pow2 = lambda block, n: max(16, min(_next_pow2(block), _next_pow2(n)))
         bn, bwd_bn, bm = (
@@ -157,8 +170,7 @@ def encode_dense_forward(coords_N2, bins, w1_MF, b1_F, config: KernelConfig):
     check_shapes(coords_N2, bins, w1_MF, b1_F)
     (N, _), (M, F) = coords_N2.shape, w1_MF.shape
     lay = choose_layout(config, N, M, F)
-    wrapper = tpu.encode_dense_tpu if config.backend == "tpu" else gpu.encode_dense_gpu
-    z_NF = wrapper(
+    z_NF = FORWARD[config.backend](
         _coords_2N1(coords_N2, lay.N_pad),
         _param_table(bins, lay.M_pad),
         _pad2(w1_MF, lay.M_pad, lay.F_pad),
@@ -177,8 +189,7 @@ def encode_dense_backward(coords_N2, bins, w1_MF, g_NF, config: KernelConfig):
     bins = as_bins(bins)
     (N, _), (M, F) = coords_N2.shape, w1_MF.shape
     lay = choose_layout(config, N, M, F)
-    wrapper = tpu.encode_dense_bwd_tpu if config.backend == "tpu" else gpu.encode_dense_bwd_gpu
-    dprm_P8M, dw1_PMF = wrapper(
+    dprm_P8M, dw1_PMF = BACKWARD[config.backend](
         _coords_2N1(coords_N2, lay.N_bwd),
         _param_table(bins, lay.M_pad),
         _pad2(w1_MF, lay.M_pad, lay.F_pad),

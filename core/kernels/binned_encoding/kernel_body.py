@@ -25,7 +25,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.experimental import pallas as pl
 
 from core.kernels import common
 
@@ -54,11 +53,14 @@ class TileTerms(NamedTuple):
 
 
 def bin_terms(rows, cols, xy_ref, prm_ref) -> TileTerms:
-    """The tanh terms of pixels `rows` (a `pl.ds` over xy's N axis) and bins `cols` (over M)."""
+    """The tanh terms of pixels `rows` (a `pl.ds` over xy's N axis) and bins `cols` (over M).
+
+    Static slices only, so the same code reads Pallas refs and plain arrays (`cpu.py` passes
+    arrays and `slice(None)`)."""
     x_N1 = xy_ref[0, rows, :].astype(_F32)
     y_N1 = xy_ref[1, rows, :].astype(_F32)
     u, v, h, w, cos, sin, k, lam = (
-        prm_ref[pl.ds(r, 1), cols].astype(_F32) for r in range(len(PARAM_ROWS))
+        prm_ref[r : r + 1, cols].astype(_F32) for r in range(len(PARAM_ROWS))
     )
     dx = x_N1 - u
     dy = y_N1 - v
