@@ -71,3 +71,17 @@ def with_ema(step: Callable, decay: float, key: str = "ema") -> Callable:
         return state.replace(extra={**state.extra, key: ema}), metrics
 
     return ema_step
+
+
+def with_schedules(step: Callable, schedules: dict[str, Callable]) -> Callable:
+    """Wrap a step so that its loss sees `extra[name] = schedule(state.step)` (an annealed
+    temperature or steepness, a function of the step count, not state to checkpoint) for each
+    entry; the values are logged as metrics and the returned state's extra is the original's."""
+
+    def scheduled_step(state, batch, *, rng):
+        values = {name: schedule(state.step) for name, schedule in schedules.items()}
+        inner = state.replace(extra={**state.extra, **values})
+        new_state, metrics = step(inner, batch, rng=rng)
+        return new_state.replace(extra=state.extra), {**metrics, **values}
+
+    return scheduled_step

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core import data
+from core import data, optim, steps
 from core.errors import ConfigError
 from core.method import Method
 from methods.nab import metrics as metrics_lib
@@ -45,6 +45,8 @@ def model_config(config) -> model.ModelConfig:
             steepness=tuple(float(s) for s in m.steepness),
             rff_sigma=float(m.rff_sigma),
             frozen=tuple(m.frozen),
+            anneal=tuple(float(a) for a in m.anneal),
+            theta_init=m.theta_init,
             impl=m.impl,
         )
     except ValueError as e:
@@ -75,7 +77,7 @@ def problem(config) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def loss_fn(cfg, params, batch, *, rng=None, extra=None):
     """Mean squared residual of the batch's views: (A render - y)^2 over detector bins."""
     del rng
-    image_NN = model.render(cfg, params, extra["frozen"])
+    image_NN = model.render(cfg, params, extra["frozen"], extra.get("k_scale", 1.0))
     proj_DB = projector.radon(image_NN, batch["angle"], num_detectors=batch["proj"].shape[1])
     residual_BD = proj_DB.T - batch["proj"]
     return jnp.mean(residual_BD**2), {}
@@ -107,6 +109,10 @@ def make(config) -> Method:
         )
         return metrics_lib.quality(np.asarray(image_NN), truth_NN)
 
-    return Method(
-        init=init, loss=functools.partial(loss_fn, cfg), dataset=dataset, evaluate=evaluate
-    )
+    loss = functools.partial(loss_fn, cfg)
+    tx = step = None
+    k_scale = model.steepness_schedule(cfg, config.train.steps)
+    if k_scale is not None:  # the loss sees extra["k_scale"] = k_scale(step)
+        tx = optim.make(config.optim, config.train.steps)
+        step = steps.with_schedules(steps.gradient_step(loss, tx), {"k_scale": k_scale})
+    return Method(init=init, loss=loss, step=step, tx=tx, dataset=dataset, evaluate=evaluate)

@@ -38,6 +38,7 @@ from core.mesh import data_axes
 
 ENCODINGS = ("nab", "rff")
 BIN_PARAMS = ("u", "v", "h", "w", "theta", "k", "lam")
+THETA_INITS = ("zero", "uniform")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,9 @@ class ModelConfig:
     hidden: int = 256
     depth: int = 3  # hidden layers
     steepness: tuple[float, ...] = (1.5, 3.0)  # NAB: k * pixel per scale, bins assigned in turn
+    anneal: tuple[float, float] = (1.0, 0.0)  # NAB: k x a factor rising from [0] to 1 by [1] of
+    # training (geometrically): soft bins first (gradient reaches bins far from edges), then sharp
+    theta_init: str = "zero"  # NAB: "zero" (axis-aligned bins) or "uniform" on [0, pi/2)
     rff_sigma: float = 1.0  # RFF: std of B, in cycles per unit (the unit disc's radius)
     frozen: tuple[str, ...] = ()  # NAB ablations: bin parameters kept at their initial values
     impl: str = "auto"  # binned_encoding.op's implementation
@@ -68,6 +72,13 @@ class ModelConfig:
             )
         if not self.steepness or min(self.steepness) <= 0:
             raise ValueError(f"ModelConfig.steepness must be positive scales, got {self.steepness}")
+        if len(self.anneal) != 2 or not (0 < self.anneal[0] <= 1 and 0 <= self.anneal[1] <= 1):
+            raise ValueError(
+                f"ModelConfig.anneal must be (start factor in (0, 1], fraction of training in "
+                f"[0, 1]), got {self.anneal}"
+            )
+        if self.theta_init not in THETA_INITS:
+            raise ValueError(f"ModelConfig.theta_init={self.theta_init!r}; expected {THETA_INITS}")
 
     @property
     def pixel(self) -> float:
@@ -97,16 +108,20 @@ def _dense(rng, fan_in: int, fan_out: int) -> dict:
 def init_bins(cfg: ModelConfig, rng) -> dict:
     """The NAB bins' initial parameters, seven float32 [M] arrays (see the module docstring)."""
     M = cfg.num_features
-    k_centre, k_size = jax.random.split(rng)
+    k_centre, k_size, k_theta = jax.random.split(rng, 3)
     centre = jax.random.uniform(k_centre, (2, M), jnp.float32, -0.85, 0.85)
     sides = jax.random.uniform(k_size, (2, M), jnp.float32, 0.1, 1.0)  # 0.05-0.5 of 2 units
     scales = np.resize(np.asarray(cfg.steepness, np.float32), M)  # s_0, s_1, s_0, ...
+    if cfg.theta_init == "uniform":  # a quarter turn covers every box (h <-> w swaps)
+        theta = jax.random.uniform(k_theta, (M,), jnp.float32, 0.0, jnp.pi / 2)
+    else:
+        theta = jnp.zeros((M,), jnp.float32)
     return {
         "u": centre[0],
         "v": centre[1],
         "h": sides[0],
         "w": sides[1],
-        "theta": jnp.zeros((M,), jnp.float32),
+        "theta": theta,
         "k": jnp.asarray(scales / cfg.pixel),
         "lam": jnp.ones((M,), jnp.float32),
     }
@@ -127,17 +142,33 @@ def init_params(cfg: ModelConfig, rng) -> tuple[dict, dict]:
     return params, frozen
 
 
-def bins_of(params: dict, frozen: dict) -> dict:
-    """All seven bin parameters, sides made positive (|h|, |w|: a box is symmetric in them)."""
+def bins_of(params: dict, frozen: dict, k_scale=1.0) -> dict:
+    """All seven bin parameters, sides made positive (|h|, |w|: a box is symmetric in them),
+    steepness times `k_scale` (the annealing factor, `steepness_schedule`)."""
     bins = {**params["bins"], **frozen["bins"]}
-    return {**bins, "h": jnp.abs(bins["h"]), "w": jnp.abs(bins["w"])}
+    return {**bins, "h": jnp.abs(bins["h"]), "w": jnp.abs(bins["w"]), "k": k_scale * bins["k"]}
 
 
-def first_layer(cfg: ModelConfig, params: dict, frozen: dict, coords_N2) -> jax.Array:
+def steepness_schedule(cfg: ModelConfig, total_steps: int):
+    """step -> k's factor: cfg.anneal[0] at step 0, rising geometrically to 1 at
+    cfg.anneal[1] * total_steps, then 1. None when there is nothing to anneal."""
+    start, fraction = cfg.anneal
+    ramp = fraction * total_steps
+    if cfg.encoding != "nab" or start == 1.0 or ramp < 1:
+        return None
+
+    def k_scale(step):
+        progress = jnp.minimum(step / ramp, 1.0)
+        return jnp.float32(start) ** (1.0 - progress)
+
+    return k_scale
+
+
+def first_layer(cfg: ModelConfig, params: dict, frozen: dict, coords_N2, k_scale=1.0):
     """The first dense layer's pre-activation [N, hidden] from the encoded coordinates."""
     layer = params["mlp"][0]
     if cfg.encoding == "nab":
-        bins = binned_encoding.Bins(**bins_of(params, frozen))
+        bins = binned_encoding.Bins(**bins_of(params, frozen, k_scale))
         return _encode_dense(cfg.impl)(coords_N2, bins, layer["w"], layer["b"])
     proj_NH = 2.0 * jnp.pi * coords_N2 @ frozen["B"].T
     features_NM = jnp.concatenate([jnp.cos(proj_NH), jnp.sin(proj_NH)], axis=1)
@@ -156,9 +187,10 @@ def _encode_dense(impl: str):
     )
 
 
-def render(cfg: ModelConfig, params: dict, frozen: dict) -> jax.Array:
-    """The represented image, float32 [size, size]."""
-    h_NF = first_layer(cfg, params, frozen, jnp.asarray(pixel_coords(cfg.size)))
+def render(cfg: ModelConfig, params: dict, frozen: dict, k_scale=1.0) -> jax.Array:
+    """The represented image, float32 [size, size]; k_scale multiplies NAB's steepness (1 once
+    any annealing is over: the trained model)."""
+    h_NF = first_layer(cfg, params, frozen, jnp.asarray(pixel_coords(cfg.size)), k_scale)
     for layer in params["mlp"][1:]:
         h_NF = jax.nn.relu(h_NF) @ layer["w"] + layer["b"]
     return h_NF.reshape(cfg.size, cfg.size)

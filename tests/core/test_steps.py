@@ -10,7 +10,7 @@ from configs.common import base_config
 from core import optim
 from core.errors import ConfigError
 from core.state import TrainState
-from core.steps import gradient_step, microbatched, with_ema
+from core.steps import gradient_step, microbatched, with_ema, with_schedules
 
 
 def mse(params, batch, *, rng, extra):
@@ -60,6 +60,29 @@ def test_gradient_step_applies_the_optimizer_and_ema_tracks_the_params():
     np.testing.assert_allclose(new.params["w"], expected, rtol=1e-6)
     np.testing.assert_allclose(new.extra["ema"]["w"], 0.9 * params["w"] + 0.1 * expected, rtol=1e-6)
     assert set(metrics) >= {"loss", "grad_norm", "max"}
+
+
+def test_with_schedules_shows_the_loss_a_function_of_the_step_without_keeping_it():
+    """The loss sees extra["scale"] = schedule(state.step) (here it scales the targets, so the
+    gradient depends on it); the returned state's extra is the input's; the value is logged."""
+    batch, params = data()
+    tx = optax.sgd(0.1)
+
+    def scaled_mse(params, batch, *, rng, extra):
+        return mse(params, {**batch, "y": extra["scale"] * batch["y"]}, rng=rng, extra=extra)
+
+    state = TrainState(
+        step=jnp.int32(3),
+        params=params,
+        rng=jax.random.PRNGKey(0),
+        opt_state=tx.init(params),
+        extra={"kept": jnp.ones(2)},
+    )
+    step = with_schedules(gradient_step(scaled_mse, tx), {"scale": lambda s: 0.5 * s})
+    new, metrics = step(state, batch, rng=jax.random.PRNGKey(2))
+    grad = jax.grad(lambda p: mse(p, {**batch, "y": 1.5 * batch["y"]}, rng=None, extra={})[0])
+    np.testing.assert_allclose(new.params["w"], params["w"] - 0.1 * grad(params)["w"], rtol=1e-6)
+    assert set(new.extra) == {"kept"} and float(metrics["scale"]) == 1.5
 
 
 def test_schedule_warms_up_then_decays():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from configs import nab as nab_config
+from core import train
 from core.errors import ConfigError
 from core.kernels import binned_encoding
 from methods import nab
@@ -59,6 +60,35 @@ def test_initial_steepness_is_set_in_pixels():
     np.testing.assert_allclose(bins["k"][:4] * cfg.pixel, [1.5, 3.0, 1.5, 3.0], rtol=1e-6)
 
 
+def test_steepness_anneals_geometrically_to_the_configured_k():
+    """anneal=(0.25, 0.5) over 100 steps: k x 0.25 at step 0, x 0.5 at step 25, x 1 from step
+    50 on; training sees the factor (the loss of a smoke run with it is that of
+    render(k_scale=0.25) at step 0) and logs it; the trained model renders with x 1."""
+    cfg = _small(anneal=(0.25, 0.5))
+    k_scale = model.steepness_schedule(cfg, 100)
+    np.testing.assert_allclose([k_scale(s) for s in (0, 25, 50, 90)], [0.25, 0.5, 1, 1], 1e-6)
+    assert model.steepness_schedule(_small(), 100) is None  # anneal (1, 0): nothing to do
+    config = nab_config.get_config("size=smoke")
+    config.model.anneal = (0.25, 0.5)
+    method = nab.make(config)
+    state = train.init(config, method, devices=jax.devices()[:1]).state
+    batch = next(method.dataset("train", shard=(0, 1), seed=0))
+    _, metrics = method.step(state, batch, rng=KEY)
+    cfg = nab.model_config(config)
+    soft = model.render(cfg, state.params, state.extra["frozen"], 0.25)
+    expected = np.mean((np.asarray(projector.radon(soft, batch["angle"])) - batch["proj"].T) ** 2)
+    np.testing.assert_allclose(float(metrics["loss"]), expected, rtol=1e-5)  # as in the test below
+    assert float(metrics["k_scale"]) == 0.25
+
+
+def test_uniform_theta_init_covers_a_quarter_turn():
+    theta = np.asarray(
+        model.init_bins(_small(num_features=400, theta_init="uniform"), KEY)["theta"]
+    )
+    assert theta.min() >= 0 and theta.max() < np.pi / 2 and np.ptp(theta) > 1.4
+    assert not np.any(model.init_bins(_small(), KEY)["theta"])  # "zero": axis-aligned
+
+
 def test_loss_is_the_mean_squared_sinogram_residual():
     config = nab_config.get_config("size=smoke")
     method = nab.make(config)
@@ -84,6 +114,10 @@ def test_config_errors_name_the_field():
     config = nab_config.get_config("size=smoke")
     config.model.frozen = ("centre",)
     with pytest.raises(ConfigError, match="frozen has unknown names"):
+        nab.make(config)
+    config = nab_config.get_config("size=smoke")
+    config.model.anneal = (0.0, 0.5)
+    with pytest.raises(ConfigError, match="anneal must be"):
         nab.make(config)
 
 
@@ -124,15 +158,17 @@ def test_quick_experiment_claims_hold(tmp_path):
 
 
 def test_kernel_trains_on_a_sharded_mesh():
-    """impl="interpret" on a data=2 x fsdp=2 x model=2 mesh: the fused kernel runs under
-    `sharded_op` (pixels over data and fsdp; XLA cannot partition a Pallas call; the
-    interpreted kernel is plain HLO XLA could, hence the shard_map check) and three steps give
-    the jnp reference's losses. float32 sums in another order: rtol 1e-5."""
+    """impl="interpret" and "tiled" on a data=2 x fsdp=2 x model=2 mesh: the fused kernel (and
+    its tiles scanned) runs under `sharded_op` (pixels over data and fsdp; XLA cannot
+    partition a Pallas call; the interpreted kernel is plain HLO XLA could, hence the
+    shard_map check) and three steps give the jnp reference's losses. float32 sums in another
+    order: rtol 1e-5."""
     losses = {}
-    for impl in ("xla", "interpret"):
+    for impl in ("xla", "interpret", "tiled"):
         config = nab_config.get_config("size=smoke")
         config.mesh.shape = (2, 2, 2)
         config.model.impl = impl
         losses[impl], sharded = losses_on_mesh(config, nab.make)
-        assert sharded == (impl == "interpret")
+        assert sharded == (impl != "xla")
     np.testing.assert_allclose(losses["interpret"], losses["xla"], rtol=1e-5)
+    np.testing.assert_allclose(losses["tiled"], losses["xla"], rtol=1e-5)
