@@ -13,8 +13,10 @@ Encodings (`cfg.encoding`), both with `num_features` (M) outputs and the same ML
          (h, w) (used as |h|, |w|), rotation theta, steepness k and height lam, and feature
          lam * box_h(x') * box_w(y') in the bin's rotated frame, each box a difference of two
          tanh. Every bin parameter is trained (unless frozen). Initialisation (the paper does
-         not publish one; the notes' proposal): centres uniform on [-0.85, 0.85]^2, sides
-         uniform on [0.05, 0.5] of the field of view (2 units), theta = 0, lam = 1, and
+         not publish one; ours): centres uniform on [-0.85, 0.85]^2, sides uniform on
+         [0.05, 0.5] of the field of view (2 units), theta uniform on [0, pi/2) (with theta
+         = 0, the notes' proposal, a rotated object's walls become staircases of axis-aligned
+         boxes: 27.5 against 31.3 dB at 128^2, 16 views; README), lam = 1, and
          k = s / pixel with the steepness scales s of `cfg.steepness` assigned in turn, so a
          bin's edge spans 1/s pixels (s ~ 1-5: steeper bins from a random start learn worse,
          and a saturated tanh gives no gradient to a bin's position or size).
@@ -51,7 +53,7 @@ class ModelConfig:
     steepness: tuple[float, ...] = (1.5, 3.0)  # NAB: k * pixel per scale, bins assigned in turn
     anneal: tuple[float, float] = (1.0, 0.0)  # NAB: k x a factor rising from [0] to 1 by [1] of
     # training (geometrically): soft bins first (gradient reaches bins far from edges), then sharp
-    theta_init: str = "zero"  # NAB: "zero" (axis-aligned bins) or "uniform" on [0, pi/2)
+    theta_init: str = "uniform"  # NAB: "uniform" on [0, pi/2) or "zero" (axis-aligned bins)
     rff_sigma: float = 1.0  # RFF: std of B, in cycles per unit (the unit disc's radius)
     frozen: tuple[str, ...] = ()  # NAB ablations: bin parameters kept at their initial values
     impl: str = "auto"  # binned_encoding.op's implementation

@@ -86,7 +86,7 @@ def test_uniform_theta_init_covers_a_quarter_turn():
         model.init_bins(_small(num_features=400, theta_init="uniform"), KEY)["theta"]
     )
     assert theta.min() >= 0 and theta.max() < np.pi / 2 and np.ptp(theta) > 1.4
-    assert not np.any(model.init_bins(_small(), KEY)["theta"])  # "zero": axis-aligned
+    assert not np.any(model.init_bins(_small(theta_init="zero"), KEY)["theta"])
 
 
 def test_loss_is_the_mean_squared_sinogram_residual():

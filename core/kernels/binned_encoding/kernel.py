@@ -1,4 +1,5 @@
-"""The fused NAB encoder + first layer through the Pallas kernels: layout, padding, custom_vjp.
+"""The fused NAB encoder + first layer through the Pallas kernels (or, backend "cpu", their tile
+code under lax.scan): layout, padding, custom_vjp.
 
 `encode_dense_pallas(coords, bins, w1, b1, config)` has `reference.encode_dense`'s semantics.
 Around the kernels XLA only builds the small [8, M] parameter table (cos and sin of theta
