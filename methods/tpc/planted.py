@@ -10,19 +10,9 @@ is symmetric in x -> -x, so a linear probe sits near chance on it: order >= 2 mu
 `info` holds the planted U [orders, rank, D], lam [orders, rank] and the median.
 """
 
-from typing import NamedTuple
-
 import numpy as np
 
-
-class Splits(NamedTuple):  # the fields of methods.tpc.data.Splits
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_val: np.ndarray
-    y_val: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    info: dict
+from methods.tpc.data import Splits
 
 
 def _double_factorial(n: int) -> int:

@@ -30,9 +30,12 @@ passes on TPU and TF32 on Triton, ~1e-3 relative, far off the reference's float3
 the GEMM are cast to their common dtype (bfloat16 x bfloat16 is exact in float32 and fast).
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.experimental import pallas as pl
 
 from core.kernels import common
 
@@ -95,3 +98,26 @@ def backward_out_shapes(num_row_tiles: int, z_BC, g_BN, prm_2C, s_CN):
         jax.ShapeDtypeStruct(z_BC.shape, _F32, manual_axis_type=vma),
         jax.ShapeDtypeStruct((num_row_tiles, 1, z_BC.shape[1]), _F32, manual_axis_type=vma),
     ]
+
+
+def backward_call(z_BC, g_BN, prm_2C, s_CN, *, num_orders, block_b, block_c, interpret, **call):
+    """The backward's pallas_call, the same on both backends (every grid axis is parallel, so
+    nothing differs but `call`: the backend's compiler_params and the kernel's name).
+    (dz_BC, dlam_T1C); B % block_b == C % block_c == 0."""
+    (B, C), N = z_BC.shape, g_BN.shape[1]
+    bb, bc = block_b, block_c
+    tile = pl.BlockSpec((bb, bc), lambda b, c: (b, c))
+    return pl.pallas_call(
+        functools.partial(backward_kernel, num_orders=num_orders),
+        grid=(B // bb, C // bc),
+        in_specs=[
+            tile,
+            pl.BlockSpec((bb, N), lambda b, c: (b, 0)),
+            pl.BlockSpec((2, bc), lambda b, c: (0, c)),
+            pl.BlockSpec((bc, N), lambda b, c: (c, 0)),
+        ],
+        out_specs=[tile, pl.BlockSpec((1, 1, bc), lambda b, c: (b, 0, c))],
+        out_shape=backward_out_shapes(B // bb, z_BC, g_BN, prm_2C, s_CN),
+        interpret=interpret,
+        **call,
+    )(z_BC, g_BN, prm_2C, s_CN)

@@ -25,8 +25,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from core.kernels.poly_probe.kernel_body import (
-    backward_kernel,
-    backward_out_shapes,
+    backward_call,
     forward_epilogue,
     forward_out_shapes,
     project,
@@ -95,22 +94,16 @@ def forward_tpu(
 
 
 def backward_tpu(z_BC, g_BN, prm_2C, s_CN, *, num_orders, block_b, block_c, interpret=False):
-    """(dz_BC, dlam_T1C); B % block_b == C % block_c == 0."""
-    (B, C), N = z_BC.shape, g_BN.shape[1]
-    bb, bc = block_b, block_c
-    tile = pl.BlockSpec((bb, bc), lambda b, c: (b, c))
-    return pl.pallas_call(
-        functools.partial(backward_kernel, num_orders=num_orders),
-        grid=(B // bb, C // bc),
-        in_specs=[
-            tile,
-            pl.BlockSpec((bb, N), lambda b, c: (b, 0)),
-            pl.BlockSpec((2, bc), lambda b, c: (0, c)),
-            pl.BlockSpec((bc, N), lambda b, c: (c, 0)),
-        ],
-        out_specs=[tile, pl.BlockSpec((1, 1, bc), lambda b, c: (b, 0, c))],
-        out_shape=backward_out_shapes(B // bb, z_BC, g_BN, prm_2C, s_CN),
-        compiler_params=pltpu.CompilerParams(dimension_semantics=BWD_SEMANTICS),
+    """(dz_BC, dlam_T1C); B % block_b == C % block_c == 0 (`kernel_body.backward_call`)."""
+    return backward_call(
+        z_BC,
+        g_BN,
+        prm_2C,
+        s_CN,
+        num_orders=num_orders,
+        block_b=block_b,
+        block_c=block_c,
         interpret=interpret,
+        compiler_params=pltpu.CompilerParams(dimension_semantics=BWD_SEMANTICS),
         name="poly_probe_bwd_tpu",
-    )(z_BC, g_BN, prm_2C, s_CN)
+    )
