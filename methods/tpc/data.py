@@ -39,12 +39,15 @@ additively solves it. Here no threshold of a sum of per-factor terms separates t
 (`test_tpc_data.py` checks it on the factor indicators), while one product term does:
 harmful iff operational + direction + polarity - 2 direction x polarity > 1.5.
 
-Splits: the test split uses intent templates never seen in train or validation (4
-operational + 4 non-operational, drawn by `seed`), so a probe cannot memorise surface strings.
-Validation uses the other 24 templates but holds out 20 % of their (event, template) pairs,
-with both directions and every variant of a held-out pair. Each (event, direction, template)
-cell holds 2 distinct surface variants: 24 x 2 x 32 x 2 = 3072 distinct prompts, 1844 / 460 /
-768 train / val / test for seed 0, each about 25 % harmful. The texts depend only on `seed`.
+Splits are by template: the test split uses 8 intent templates (4 operational + 4
+non-operational), validation 4 others (2 + 2), train the remaining 20, all drawn by `seed`, so
+a probe cannot memorise surface strings. Validation holds out templates too, so that choosing
+hyperparameters (and a cascade's thresholds) measures what the test measures, generalisation to
+unseen phrasings; with validation on seen templates every probe scored .98-1.0 there against
+.6-.9 on test, and selection picked overfitted linear probes (C = 100) whose logits on new
+templates swamp the higher-order terms. Each (event, direction, template) cell holds 2 distinct
+surface variants: 24 x 2 x 32 x 2 = 3072 distinct prompts, 1920 / 384 / 768 train / val /
+test, each about 25 % harmful. The texts depend only on `seed`, not on the split.
 
 Activations: mean-pooled states of MiniLM layer `layer` (default 4 of 6) from
 `minilm.activations`, cached as `<cache_dir>/prompts_l{layer}_s{seed}.npy` (cache_dir: option,
@@ -311,7 +314,7 @@ NON_OPERATIONAL = (
 TEMPLATES = OPERATIONAL + NON_OPERATIONAL  # template id = index; operational iff id < 16
 EVENTS = HAZARDS + SAFEGUARDS  # event id = index; hazard iff id < 12
 TEST_TEMPLATES_PER_INTENT = 4
-VAL_FRACTION = 0.2  # of the (event, template) pairs of the train templates
+VAL_TEMPLATES_PER_INTENT = 2
 PER_CELL = 2  # distinct surface variants per (event, direction, template)
 LABEL = "1 iff operational intent AND (promotes a hazard OR prevents a safeguard)"
 
@@ -349,24 +352,21 @@ def harmful(hazard, promote, operational):
     return operational * (hazard == promote)
 
 
-def held_out_templates(seed: int) -> np.ndarray:
-    """The template ids of the test split: TEST_TEMPLATES_PER_INTENT of each intent."""
+def held_out_templates(seed: int, split: str = "test") -> np.ndarray:
+    """The sorted template ids of the "test" or "val" split: TEST_TEMPLATES_PER_INTENT or
+    VAL_TEMPLATES_PER_INTENT of each intent, disjoint."""
     rng = np.random.default_rng([seed, 1])
-    k, n = TEST_TEMPLATES_PER_INTENT, len(OPERATIONAL)
-    return np.sort(np.concatenate([rng.choice(n, k, replace=False) + o for o in (0, n)]))
+    k_test, k_val, n = TEST_TEMPLATES_PER_INTENT, VAL_TEMPLATES_PER_INTENT, len(OPERATIONAL)
+    order = [rng.permutation(n) + o for o in (0, n)]  # per intent: test first, then val
+    part = slice(0, k_test) if split == "test" else slice(k_test, k_test + k_val)
+    return np.sort(np.concatenate([ids[part] for ids in order]))
 
 
 def _split_of(seed: int) -> dict[tuple[int, int], str]:
-    """(event, template) -> split: held-out templates are test; of the remaining pairs a
-    seeded VAL_FRACTION is validation."""
-    held_out = set(held_out_templates(seed).tolist())
+    """(event, template) -> split, by template: `held_out_templates`, the rest train."""
+    of_template = {int(t): name for name in ("test", "val") for t in held_out_templates(seed, name)}
     pairs = [(e, t) for e in range(len(EVENTS)) for t in range(len(TEMPLATES))]
-    split = {p: "test" for p in pairs if p[1] in held_out}
-    rest = [p for p in pairs if p[1] not in held_out]
-    rng = np.random.default_rng([seed, 0])
-    val = set(rng.choice(len(rest), round(VAL_FRACTION * len(rest)), replace=False).tolist())
-    split |= {p: "val" if i in val else "train" for i, p in enumerate(rest)}
-    return split
+    return {(e, t): of_template.get(t, "train") for e, t in pairs}
 
 
 def prompt_texts(seed: int = 0) -> Prompts:
@@ -440,6 +440,7 @@ def _load_prompts(seed: int, layer=4, cache_dir=None, batch_size=64, limit=None)
         "encoder": "all-MiniLM-L6-v2, mean-pooled over tokens",
         "cache_path": str(path),
         "test_templates": held_out_templates(seed).tolist(),
+        "val_templates": held_out_templates(seed, "val").tolist(),
         "factors": "hazard/safeguard event x promote/prevent x operational/non-operational",
     }
     x = {k: x_ND[m] for k, m in parts.items()}

@@ -138,23 +138,20 @@ def test_every_factor_cell_is_populated_in_every_split(prompts):
         assert 0.2 <= rate <= 0.5, (name, rate)
 
 
-def test_splits_hold_out_templates_and_pairs(prompts):
-    split, template, event = prompts.split, prompts.template, prompts.event
-    test_t = set(template[split == "test"].tolist())
+def test_splits_hold_out_templates(prompts):
+    split, template = prompts.split, prompts.template
+    test_t, val_t, train_t = (set(template[split == k].tolist()) for k in ("test", "val", "train"))
     assert test_t == set(data.held_out_templates(0).tolist())
-    assert len(test_t & set(range(len(data.OPERATIONAL)))) == data.TEST_TEMPLATES_PER_INTENT
-    assert len(test_t) == 2 * data.TEST_TEMPLATES_PER_INTENT
-    train_t, val_t = (set(template[split == k].tolist()) for k in ("train", "val"))
-    assert not test_t & (train_t | val_t)  # unseen templates at test time
-    assert val_t <= train_t  # validation: known templates ...
-    pairs = {
-        k: set(zip(event[split == k], template[split == k], strict=True))
-        for k in ("train", "val", "test")
-    }
-    assert not pairs["val"] & pairs["train"]  # ... in (event, template) pairs train never saw
+    assert val_t == set(data.held_out_templates(0, "val").tolist())
+    operational = set(range(len(data.OPERATIONAL)))
+    assert len(test_t & operational) == len(test_t - operational) == data.TEST_TEMPLATES_PER_INTENT
+    assert len(val_t & operational) == len(val_t - operational) == data.VAL_TEMPLATES_PER_INTENT
+    # Unseen templates at validation and at test time, and not the same ones.
+    assert not test_t & val_t and not (test_t | val_t) & train_t
+    assert len(train_t) == len(data.TEMPLATES) - len(test_t) - len(val_t)
     assert len(set(prompts.texts)) == len(prompts.texts)  # no text in two splits (or twice)
     sizes = [int((split == k).sum()) for k in ("train", "val", "test")]
-    assert sizes == [1844, 460, 768]
+    assert sizes == [1920, 384, 768]
 
 
 def test_prompts_are_deterministic_per_seed(prompts):
@@ -226,16 +223,9 @@ def test_prompts_activations_split_and_cached(tmp_path, tiny):
     sub = data.subset(full, 40, 0)
     assert set(sub.texts) <= set(full.texts)
     np.testing.assert_array_equal(first.y_train, sub.labels[sub.split == "train"])
-    assert first.info["layer"] == 2 and first.info["test_templates"] == [
-        6,
-        8,
-        12,
-        14,
-        16,
-        17,
-        28,
-        29,
-    ]
+    assert first.info["layer"] == 2
+    assert first.info["test_templates"] == [0, 7, 10, 11, 17, 21, 27, 30]
+    assert first.info["val_templates"] == [1, 4, 22, 31]
 
 
 def test_cache_folder_from_environment(tmp_path, tiny, monkeypatch):
