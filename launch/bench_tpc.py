@@ -8,21 +8,21 @@ no accelerator here.)
 One process measures, each jitted, the median of `repeats` calls after a warm-up (every call
 blocks on its result):
   1. probe evaluation throughput (examples/s) of all N truncations Y [B, N], per (D, R):
-     (a) `poly_probe.op` with impl "auto": on CPU the jnp reference, each order its own
-         [B, D] x [D, R] projection against U[k], its float32 powers and lam, then the
-         cumulative sum (N dots with x . w1);
-     (b) one matmul: every order's projection from one [B, D] x [D, (N - 1) R] einsum against
-         all of U, then the powers: the Pallas kernel's formulation, here under XLA. On CPU
-         its [B, (N - 1) R] product goes through memory before the powers read it, which is
-         why the reference projects order by order;
-     (c) per truncation from scratch: for n = 1..N, P_{:n} recomputed with n matmuls, as the
+     (a) `poly_probe.op` with impl "auto": on CPU the jnp reference, which takes (b)'s form
+         below rank `reference.PER_ORDER_MIN_RANK` and (c)'s from it on;
+     (b) one matmul: every order's projection from one [B, D] x [D, (N - 1) R] product against
+         all of U, then the float32 powers, lam and the cumulative sum: the Pallas kernel's
+         formulation, here under XLA (2 dots with x . w1);
+     (c) order by order: each order its own [B, D] x [D, R] projection against U[k], then its
+         powers (N dots);
+     (d) per truncation from scratch: for n = 1..N, P_{:n} recomputed with n matmuls, as the
          released code's cascade does at each stage: N (N + 1) / 2 matmuls, O(N^2) work. It is
          a `fori_loop` over n with a `lax.switch` on the truncation, because XLA's CSE merges
          the repeated matmuls of an unrolled loop (on CPU even through optimisation barriers);
-     with the ratios (b)/(a) and (c)/(a) of the times, the number of dots in each compiled HLO
-     (N, 2, N (N + 1) / 2: the structure each variant really has), the largest |difference| of
-     (b) and (c) from (a), and the op's FLOP/s (2 B D (1 + (N - 1) R)) as a fraction of a
-     plain jnp matmul's [B, D] x [D, 1 + (N - 1) R] timed in the same run.
+     with each time's ratio to (a)'s, the number of dots in each compiled HLO (the structure
+     each variant really has), the largest |difference| from (a), and the op's FLOP/s
+     (2 B D (1 + (N - 1) R)) as a fraction of a plain jnp matmul's [B, D] x [D, 1 + (N - 1) R]
+     timed in the same run.
   2. the cascade's saving: probes (N = 5, R = 16 and 256) trained order by order
      (`train.fit_progressive`, `epochs` per order) on the planted low-rank polynomial
      (`planted.splits`, D = 384), then on `rows` test rows, per tau in {0.8, 0.95, 0.99}: the
@@ -62,7 +62,8 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 VARIANTS = {
     "op": "(a) poly_probe.op",
     "one_matmul": "(b) one matmul for all orders",
-    "per_truncation": "(c) per truncation",
+    "order_by_order": "(c) a matmul per order",
+    "per_truncation": "(d) per truncation",
     "matmul": "plain matmul [B,D]x[D,C]",
 }
 NOT_MEASURED = "Pallas kernel on GPU/TPU: NOT measured (no accelerator on this machine)"
@@ -103,6 +104,13 @@ def _variants(N: int) -> dict:
             terms.append(jnp.sum(lam[k - 2] * poly_probe.power(Z_BKR[:, k - 2], k), axis=-1))
         return jnp.cumsum(jnp.stack(terms, axis=1), axis=1)
 
+    def order_by_order(x, w0, w1, U, lam):
+        terms = [jnp.dot(x, w1, precision=_HIGHEST) + w0]
+        for k in range(2, N + 1):
+            z_BR = jnp.dot(x, U[k - 2].T, precision=_HIGHEST)
+            terms.append(jnp.sum(lam[k - 2] * poly_probe.power(z_BR, k), axis=-1))
+        return jnp.cumsum(jnp.stack(terms, axis=1), axis=1)
+
     def per_truncation(x, w0, w1, U, lam):
         branches = [lambda ops, n=n: _truncation(n, *ops) for n in range(1, N + 1)]
 
@@ -117,6 +125,7 @@ def _variants(N: int) -> dict:
     return {
         "op": op,
         "one_matmul": one_matmul,
+        "order_by_order": order_by_order,
         "per_truncation": per_truncation,
         "matmul": matmul,
     }
@@ -158,11 +167,13 @@ def throughput_shape(B: int, D: int, N: int, R: int, repeats: int, seed: int = 0
         "hlo_dots": dots,
         "max_abs_diff_vs_op": {
             name: float(np.abs(outputs[name] - Y_BN).max())
-            for name in ("one_matmul", "per_truncation")
+            for name in ("one_matmul", "order_by_order", "per_truncation")
         },
         "max_abs_op": scale,
-        "ratio_one_matmul_over_op": seconds["one_matmul"] / seconds["op"],
-        "ratio_per_truncation_over_op": seconds["per_truncation"] / seconds["op"],
+        **{
+            f"ratio_{name}_over_op": seconds[name] / seconds["op"]
+            for name in ("one_matmul", "order_by_order", "per_truncation")
+        },
         "op_gflops_per_second": flops / seconds["op"] / 1e9,
         "matmul_gflops_per_second": flops / seconds["matmul"] / 1e9,
         "op_fraction_of_matmul": seconds["matmul"] / seconds["op"],
@@ -292,23 +303,25 @@ def report_lines(result: dict) -> list[str]:
         f"{e['load_avg_1m']}), jax {e['jax_version']}; medians of {t['repeats']} after warm-up",
         f"1. all N={t['N']} truncations of B={t['B']} rows, examples/s (x: time over (a)); "
         "dots: in the compiled HLO",
-        f"{'D':>5} {'R':>4} {'(a) op':>11} {'(b) one matmul':>18} {'(c) per trunc.':>18} "
-        f"{'dots a/b/c':>11} {'(a) GFLOP/s':>12} {'matmul':>8} {'(a)/matmul':>11}",
+        f"{'D':>5} {'R':>4} {'(a) op':>11} {'(b) one matmul':>18} {'(c) per order':>18} "
+        f"{'(d) per trunc.':>18} {'dots a/b/c/d':>13} {'(a) GFLOP/s':>12} {'matmul':>8} "
+        f"{'(a)/matmul':>11}",
     ]
     for r in t["shapes"]:
         ex, d = r["examples_per_second"], r["hlo_dots"]
         lines.append(
             f"{r['D']:>5} {r['R']:>4} {ex['op']:>11.0f} "
             f"{ex['one_matmul']:>10.0f} x{r['ratio_one_matmul_over_op']:<6.2f}"
+            f"{ex['order_by_order']:>11.0f} x{r['ratio_order_by_order_over_op']:<6.2f}"
             f"{ex['per_truncation']:>11.0f} x{r['ratio_per_truncation_over_op']:<6.2f}"
-            f"{d['op']:>5}/{d['one_matmul']}/{d['per_truncation']:<3}"
+            f"{d['op']:>5}/{d['one_matmul']}/{d['order_by_order']}/{d['per_truncation']:<3}"
             f"{r['op_gflops_per_second']:>12.1f} {r['matmul_gflops_per_second']:>8.1f} "
             f"{r['op_fraction_of_matmul']:>11.2f}"
         )
     worst = max(max(r["max_abs_diff_vs_op"].values()) / r["max_abs_op"] for r in t["shapes"])
     c = probes[0]
     lines += [
-        f"   (b) and (c) equal (a) to {worst:.1e} of max |Y|. (a)/matmul: the op's FLOP/s "
+        f"   (b), (c) and (d) equal (a) to {worst:.1e} of max |Y|. (a)/matmul: the op's FLOP/s "
         "over a plain [B,D]x[D,1+(N-1)R] matmul's, same run.",
         f"2. cascade: probes D={c['D']} N={c['N']} trained progressively on the planted "
         f"polynomial ({c['train_rows']} rows, {c['epochs_per_order']} epochs/order), on "

@@ -38,13 +38,20 @@ def test_throughput_report_is_consistent(result):
         assert all(math.isfinite(v) and v > 0 for v in s.values())
         assert r["C"] == 1 + 2 * r["R"] and r["flops"] == 2 * 64 * 16 * r["C"]
         assert r["examples_per_second"] == {name: 64 / v for name, v in s.items()}
-        assert r["ratio_one_matmul_over_op"] == s["one_matmul"] / s["op"]
-        assert r["ratio_per_truncation_over_op"] == s["per_truncation"] / s["op"]
+        for name in ("one_matmul", "order_by_order", "per_truncation"):
+            assert r[f"ratio_{name}_over_op"] == s[name] / s["op"]
         assert r["op_fraction_of_matmul"] == s["matmul"] / s["op"]
         assert r["op_gflops_per_second"] == r["flops"] / s["op"] / 1e9
-        # What each variant computes: the same Y, from N (one per order), 2 and N (N + 1) / 2
-        # matmuls (the per-truncation recompute is not merged away by XLA's CSE).
-        assert r["hlo_dots"] == {"op": 3, "one_matmul": 2, "per_truncation": 6, "matmul": 1}
+        # What each variant computes: the same Y, from 2, N (one per order) and N (N + 1) / 2
+        # matmuls (the per-truncation recompute is not merged away by XLA's CSE); the op at
+        # these ranks (< PER_ORDER_MIN_RANK) takes the one-matmul form.
+        assert r["hlo_dots"] == {
+            "op": 2,
+            "one_matmul": 2,
+            "order_by_order": 3,
+            "per_truncation": 6,
+            "matmul": 1,
+        }
         assert max(r["max_abs_diff_vs_op"].values()) <= 1e-5 * max(1.0, r["max_abs_op"])
 
 

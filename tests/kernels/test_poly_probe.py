@@ -25,6 +25,7 @@ Tolerances.
 """
 
 import functools
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +34,7 @@ import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
-from core.kernels.poly_probe import api, tpu
+from core.kernels.poly_probe import api, reference, tpu
 from core.kernels.poly_probe.kernel import KernelConfig, choose_layout, forward, poly_probe_pallas
 from core.kernels.poly_probe.reference import truncations
 
@@ -132,6 +133,23 @@ def test_reference_equals_the_full_tensor_polynomial():
     want = np.cumsum(np.stack(want, axis=1), axis=1)
     got = np.asarray(reference_jit(*args), np.float64)
     assert np.all(np.abs(got - want) <= poly_bound(*args))
+
+
+@pytest.mark.parametrize("R", [3, 64])
+def test_both_projection_forms_are_the_polynomial(R):
+    """The reference projects with one matmul below PER_ORDER_MIN_RANK and with one per order
+    from it on (a CPU speed choice): each form, at a rank on either side of the switch, is
+    the float64 polynomial within the float32 error bound."""
+    args = make_inputs(16, 24, 4, R)
+    want = poly_float64(*args)
+    K = args[3].shape[0]
+    for min_rank, dots in ((1, 1 + K), (10**6, 2)):  # per order / one matmul, whatever R is
+        with mock.patch.object(reference, "PER_ORDER_MIN_RANK", min_rank):
+            fn = jax.jit(lambda *a: truncations(*a))  # a new function: jit's cache would
+            # otherwise hand back the first trace, made under the other patch
+            assert fn.lower(*args).as_text().count("dot_general") == dots
+            got = np.asarray(fn(*args), np.float64)
+        assert np.all(np.abs(got - want) <= poly_bound(*args)), min_rank
 
 
 def test_reference_gradients_by_finite_differences():

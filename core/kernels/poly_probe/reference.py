@@ -27,6 +27,13 @@ import jax.numpy as jnp
 
 _F32 = jnp.float32
 _HIGHEST = jax.lax.Precision.HIGHEST
+# From this rank on, each order is projected by its own matmul; below it, one matmul against all
+# of U. The same sums either way (up to float32 rounding); what differs is XLA:CPU's speed
+# (launch/bench_tpc.py, B = 4096, N = 5, D in {384, 2048}): at R >= 64 each order's [B, R]
+# block is still in cache when its powers are taken (one [B, (N - 1) R] product written to
+# memory first is x1.04-1.73 slower), at R = 16 one matmul reads x once instead of N - 1 times
+# (per order is x1.65-1.88 slower). The Pallas kernels always do the one fused matmul.
+PER_ORDER_MIN_RANK = 64
 
 
 def check_shapes(x_BD, w0, w1_D, U_KRD, lam_KR) -> None:
@@ -59,11 +66,13 @@ def truncations(x_BD, w0, w1_D, U_KRD, lam_KR) -> jax.Array:
     x_BD = x_BD.astype(dtype)
     z_B = jnp.dot(x_BD, w1_D.astype(dtype), precision=_HIGHEST)
     U_KRD, lam_KR = U_KRD.astype(dtype), lam_KR.astype(dtype)
+    K, R, D = U_KRD.shape
+    if R >= PER_ORDER_MIN_RANK:
+        z_BR_per_order = [jnp.dot(x_BD, U_KRD[k].T, precision=_HIGHEST) for k in range(K)]
+    else:
+        Z_BC = jnp.dot(x_BD, U_KRD.reshape(K * R, D).T, precision=_HIGHEST)
+        z_BR_per_order = [Z_BC[:, k * R : (k + 1) * R] for k in range(K)]
     orders = [z_B + jnp.asarray(w0, dtype)]
-    for k in range(2, U_KRD.shape[0] + 2):
-        # One projection per order, not one [B, (N-1) R] matmul for all: XLA:CPU then takes
-        # each order's powers while its [B, R] block is still in cache (launch/bench_tpc.py:
-        # x1.3-1.6 faster at R >= 64). The Pallas kernels do the single fused matmul.
-        Z_BR = jnp.dot(x_BD, U_KRD[k - 2].T, precision=_HIGHEST)
-        orders.append(jnp.sum(lam_KR[k - 2] * power(Z_BR, k), axis=-1))
+    for k in range(2, K + 2):
+        orders.append(jnp.sum(lam_KR[k - 2] * power(z_BR_per_order[k - 2], k), axis=-1))
     return jnp.cumsum(jnp.stack(orders, axis=1), axis=1)
