@@ -22,8 +22,6 @@ compiled).
    parameter counts.
 """
 
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,7 +29,7 @@ from absl import app, flags
 
 from core.kernels.selective_rotary import op
 from core.nn.positions import rope
-from launch.timing import median_seconds, write_json
+from launch.timing import environment, median_seconds, write_json
 
 NOT_MEASURED = (
     "Pallas kernel on GPU/TPU: time and memory-bandwidth fraction NOT measured "
@@ -94,11 +92,7 @@ def measure(B=8, T=512, H=8, K=64, *, dtype="float32", repeats=20) -> dict:
     qk_bytes = 2 * B * T * H * K * itemsize
     min_bytes = 2 * qk_bytes + B * T * H * (K // 2) * 4  # q, k in and out; phi (f32) in
     return {
-        "jax_version": jax.__version__,
-        "backend": jax.default_backend(),
-        "device_kind": jax.devices()[0].device_kind,
-        "host_cpu_count": os.cpu_count(),
-        "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+        **environment(),
         "sizes": {"B": B, "T": T, "H": H, "K": K, "dtype": dtype},
         "repeats": repeats,
         "impl": "xla (jnp reference)",

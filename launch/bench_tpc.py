@@ -43,7 +43,6 @@ Not measured: the Pallas kernel's time on a GPU or TPU (no accelerator was avail
 
 import contextlib
 import io
-import os
 import tempfile
 import time
 
@@ -54,7 +53,7 @@ from absl import app, flags, logging
 
 from configs import tpc as tpc_config
 from core.kernels import poly_probe
-from launch.timing import median_seconds, write_json
+from launch.timing import environment, median_seconds, write_json
 from methods.tpc import cascade, model, planted
 from methods.tpc import train as tpc_train
 
@@ -67,16 +66,6 @@ VARIANTS = {
     "matmul": "plain matmul [B,D]x[D,C]",
 }
 NOT_MEASURED = "Pallas kernel on GPU/TPU: NOT measured (no accelerator on this machine)"
-
-
-def environment() -> dict:
-    return {
-        "jax_version": jax.__version__,
-        "backend": jax.default_backend(),
-        "device_kind": jax.devices()[0].device_kind,
-        "host_cpu_count": os.cpu_count(),
-        "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
-    }
 
 
 # ------------------------------------------------------------------ 1. evaluation throughput
