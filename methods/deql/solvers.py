@@ -104,11 +104,13 @@ def edlae(K, p: float, lam: float) -> jax.Array:
     """Steck's EDLAE, full emphasis (b = 0): B = -P / diag(P), diag(B) = 0, with
     P = (K + p/(1-p) diag(K) + lam I)^-1. p = 0 is EASE."""
     _check(K, p, lam)
-    return _edlae(K, p, lam)
+    return edlae_traced(K, p, lam)
 
 
 @jax.jit
-def _edlae(K_II, p, lam):
+def edlae_traced(K_II, p, lam):
+    """`edlae` without the checks and the float64 boundary, for use inside a trace: call it
+    under `jax.enable_x64(True)` with a float64 K (`methods.deql.fit` does)."""
     reg_I = p / (1 - p) * jnp.diag(K_II) + lam
     return _diag_constrained(_spd_inverse(K_II + jnp.diag(reg_I)))
 
@@ -145,11 +147,13 @@ def deql(K, a: float, b: float, p: float, lam: float, zero_diag: bool = False) -
     _check(K, p, lam)
     if b == 0 and lam == 0:
         raise ConfigError("b=0 with lam=0 makes every H^(i) singular; use edlae for b = 0")
-    return _deql(K, a, b, p, lam, zero_diag)
+    return deql_traced(K, a, b, p, lam, zero_diag)
 
 
 @functools.partial(jax.jit, static_argnames="zero_diag")
-def _deql(K_II, a, b, p, lam, zero_diag):
+def deql_traced(K_II, a, b, p, lam, zero_diag):
+    """`deql` without the checks and the float64 boundary, for use inside a trace (as
+    `edlae_traced`)."""
     co = _coefficients(a, b, p)
     k_I = jnp.diag(K_II)
     d0_I = co["d0"] * k_I + lam
