@@ -25,7 +25,6 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import scipy.sparse as sp
-from jax.sharding import PartitionSpec as P
 
 from core import data as core_data
 from core.errors import ConfigError
@@ -84,8 +83,7 @@ def mesh_gram(X_UI) -> jax.Array:
     axes = () if mesh.empty else data_axes(mesh)
     if not axes or np.prod([mesh.shape[a] for a in axes]) == 1:
         return X_UI.T @ X_UI
-    block = lambda x_BI: jax.lax.psum(x_BI.T @ x_BI, axes)
-    return jax.shard_map(block, mesh=mesh, in_specs=P(axes, None), out_specs=P())(X_UI)
+    return solvers.psum_gram(X_UI, mesh, axes)
 
 
 def reconstruction_error(K_II, W_II) -> jax.Array:

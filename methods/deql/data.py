@@ -21,7 +21,8 @@ splits need, and `.toarray()` gives the dense blocks that the solvers and metric
 
 Splits (both seeded, both keep only the items that occur in their train matrix, because an item
 without train interactions has an all-zero Gram row and column: no model can score it and the
-unregularised solves become singular):
+unregularised solves become singular; the interactions lost that way are counted in the split's
+`dropped`, never silently):
 - strong generalisation (Liang et al. 2018): `n_val` and `n_test` held-out users; each of their
   interaction sets is split into fold-in (80 %) and held-out (20 %, at least one item); the
   remaining users form the train matrix. Only users with >= 2 interactions are held out.
@@ -69,6 +70,7 @@ class StrongSplit(NamedTuple):
     test_in: sp.csr_matrix
     test_out: sp.csr_matrix
     items: np.ndarray  # [items] column index into the matrix that was split
+    dropped: int  # held-out users' interactions on items no train user has (not scorable)
 
 
 class WeakSplit(NamedTuple):
@@ -76,6 +78,7 @@ class WeakSplit(NamedTuple):
     val: sp.csr_matrix
     test: sp.csr_matrix
     items: np.ndarray  # [items] column index into the matrix that was split
+    dropped: int  # val/test interactions on items without a train interaction (not scorable)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -208,7 +211,9 @@ def strong_split(
     val_in, val_out = _fold_in(X[val_users], holdout, rng)
     test_in, test_out = _fold_in(X[test_users], holdout, rng)
     cut = lambda m: sp.csr_matrix(m[:, items])
-    return StrongSplit(cut(train), cut(val_in), cut(val_out), cut(test_in), cut(test_out), items)
+    parts = [cut(m) for m in (val_in, val_out, test_in, test_out)]
+    dropped = X[held].nnz - sum(m.nnz for m in parts)
+    return StrongSplit(cut(train), *parts, items, int(dropped))
 
 
 def _fold_in(X: sp.csr_matrix, holdout: float, rng) -> tuple[sp.csr_matrix, sp.csr_matrix]:
@@ -240,7 +245,8 @@ def weak_split(X: sp.csr_matrix, *, seed: int, fractions=(0.7, 0.1, 0.2)) -> Wea
     if len(items) == 0:
         raise DataError("the train split has no interactions")
     cut = lambda m: sp.csr_matrix(m[:, items])
-    return WeakSplit(cut(train), cut(val), cut(test), items)
+    val, test = cut(val), cut(test)
+    return WeakSplit(cut(train), val, test, items, int(X.nnz - train.nnz - val.nnz - test.nnz))
 
 
 def _select(X: sp.csr_matrix, keep: np.ndarray) -> sp.csr_matrix:

@@ -110,6 +110,7 @@ def run_split(s: Setting, X, seed: int) -> dict:
     train_UI = split.train.toarray().astype(np.float64)
     K_II = train_UI.T @ train_UI
     out = {"items": int(K_II.shape[0]), "train_users": int(train_UI.shape[0])}
+    out["dropped_interactions"] = split.dropped  # held-out users' items no train user has
     for name, grid in grids(s).items():
         start = time.perf_counter()
         best, best_W, best_val = None, None, -1.0

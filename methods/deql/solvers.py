@@ -43,20 +43,21 @@ def gram(X_UI) -> jax.Array:
     return X_UI.T @ X_UI
 
 
+def psum_gram(X_UI, mesh, axes: tuple[str, ...]) -> jax.Array:
+    """K = X^T X [I, I] with the users split over `axes` of `mesh` (concrete, or the abstract
+    mesh a traced step sees): each device forms its rows' Gram matrix and a psum adds them, so
+    no device holds more than its share of X. The user count must divide over the axes."""
+    block = lambda x_BI: jax.lax.psum(x_BI.T @ x_BI, axes)
+    return jax.shard_map(block, mesh=mesh, in_specs=P(axes, None), out_specs=P())(X_UI)
+
+
 def sharded_gram(X_UI, mesh: Mesh) -> jax.Array:
-    """K = X^T X [I, I] with the users split over every device of `mesh`: each device forms
-    its block's Gram matrix, and a psum adds them. Users are padded with zero rows up to a
-    multiple of the device count (a zero row adds nothing to K)."""
+    """`psum_gram` over every axis of a concrete `mesh`, from host data: users are padded with
+    zero rows up to a multiple of the device count (a zero row adds nothing to K)."""
     X_UI = np.asarray(X_UI)
-    pad = -X_UI.shape[0] % mesh.size
-    X_UI = np.pad(X_UI, ((0, pad), (0, 0)))
+    X_UI = np.pad(X_UI, ((0, -X_UI.shape[0] % mesh.size), (0, 0)))
     axes = tuple(mesh.axis_names)
-
-    def block_gram(x_BI):
-        return jax.lax.psum(x_BI.T @ x_BI, axes)
-
-    f = jax.shard_map(block_gram, mesh=mesh, in_specs=P(axes, None), out_specs=P())
-    return jax.jit(f)(X_UI)
+    return jax.jit(functools.partial(psum_gram, mesh=mesh, axes=axes))(X_UI)
 
 
 # ---------------------------------------------------------------------------------------------

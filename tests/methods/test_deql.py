@@ -212,6 +212,8 @@ def test_strong_split_holds_out_users_and_folds_in_80_percent():
     s = data.strong_split(X, n_val=10, n_test=12, seed=3)
     assert (s.train.shape[0], s.val_in.shape[0], s.test_in.shape[0]) == (38, 10, 12)
     assert np.all(np.diff(s.train.tocsc().indptr) > 0)  # only items seen in train are kept
+    parts = (s.train, s.val_in, s.val_out, s.test_in, s.test_out)
+    assert X.nnz == sum(m.nnz for m in parts) + s.dropped  # every interaction accounted for
     for fold_in, held_out in ((s.val_in, s.val_out), (s.test_in, s.test_out)):
         assert fold_in.multiply(held_out).nnz == 0
         n_in, n_out = np.diff(fold_in.indptr), np.diff(held_out.indptr)
@@ -232,6 +234,13 @@ def test_weak_split_partitions_every_users_interactions():
     full = X[:, s.items]
     np.testing.assert_array_equal((s.train + s.val + s.test).toarray(), full.toarray())
     assert s.train.multiply(s.val).nnz == s.train.multiply(s.test).nnz == 0
+    assert X.nnz == s.train.nnz + s.val.nnz + s.test.nnz + s.dropped
+    # An item only one user has, with its one interaction outside train, is dropped and counted.
+    Y = X.toarray()
+    Y[:, -1] = 0
+    Y[0, -1] = 1
+    lone = [data.weak_split(sp.csr_matrix(Y), seed=k) for k in range(8)]
+    assert any(w.dropped >= 1 and Y.shape[1] - 1 not in w.items for w in lone)
     assert abs(s.test.nnz / full.nnz - 0.2) < 0.05  # per-user rounding of 20 %
     with pytest.raises(data.DataError, match="fractions"):
         data.weak_split(X, seed=0, fractions=(0.5, 0.5, 0.5))
