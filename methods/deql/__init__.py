@@ -112,10 +112,6 @@ def step(state, batch, *, rng, hp: Hyper):
     return state.replace(params={"W": W_II}), {"loss": err}
 
 
-def train_matrix(split) -> sp.csr_matrix:
-    return split.train
-
-
 def eval_pairs(split) -> tuple:
     """(fold-in, held-out) of the validation users: held-out users' 80/20 (strong), or every
     user's train interactions and validation items (weak)."""
@@ -190,7 +186,7 @@ def evaluate(state, *, seed, split):
 def make(config) -> Method:
     hp = check(Hyper(**config.model.to_dict()))
     split = load_split(config.data)
-    X_UI = train_matrix(split)
+    X_UI = split.train
     return Method(
         init=init,
         loss=no_loss,

@@ -12,7 +12,7 @@ Cost: the mean over rows of the truncation's cumulative parameters at the exit o
 (`model.param_counts`), the paper's measure.
 
 `cascade` is the efficient form of the paper's: it carries each row's partial logit and, at
-stage k, evaluates only order k's term on the active rows (`order_term`: U's k-th block), where
+stage k, evaluates only order k's term on the active rows (`_term`: U's k-th block), where
 the released code recomputes the truncation up to k. `cascade_from_logits` takes every
 truncation from one `model.logits` call (the fused kernel) and makes the same decisions.
 
@@ -97,7 +97,9 @@ def _device_params(params: dict) -> dict:
 
 
 def _term(x_BD, params: dict, k: int):
-    """[B]: order k's term; k = 1 is the linear term w0 + x . w1."""
+    """[B]: order k's term alone, from U's k-th block only (k = 1: the linear term w0 + x . w1);
+    powers as `poly_probe.power`, float32 at HIGHEST precision like the reference.
+    (`poly_probe.op` evaluates orders 1..n together, so one order alone is not its job.)"""
     if k == 1:
         return jnp.dot(x_BD, params["w1"], precision=_HIGHEST) + params["w0"]
     z_BR = jnp.dot(x_BD, params["U"][k - 2].T, precision=_HIGHEST)
@@ -111,15 +113,6 @@ _jit_term = jax.jit(_term, static_argnums=2)
 def _gathered_term(x_BD, rows_C, params: dict, k: int):
     """[C]: order k's term on rows x[rows_C] (gathered inside the jitted call)."""
     return _term(x_BD[rows_C], params, k)
-
-
-def order_term(params: dict, x_BD, k: int) -> np.ndarray:
-    """[B]: the order-k term alone (k = 1: the linear term w0 + x . w1), from U's k-th block
-    only: R columns of projections, powers as `poly_probe.power` (the reference's order of
-    products), float32 at HIGHEST precision like the reference; jitted per (k, shape).
-    (`poly_probe.op` evaluates orders 1..n together, so one order alone is not its job.)"""
-    x_BD = jnp.asarray(x_BD, jnp.float32)
-    return np.array(_jit_term(x_BD, _device_params(params), k))
 
 
 def cascade(params: dict, x_BD, y_B, tau: float) -> CascadeResult:
