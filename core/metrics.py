@@ -115,7 +115,11 @@ class MetricsLogger:
         # The first window includes compilation; it is reported but not used for the ETA.
         steps_per_s = self._window_steps / elapsed if elapsed > 0 else float("nan")
         parts = [f"{self.prefix}step {step}/{self.total_steps}"]
-        shown = sorted(k for k in values if k not in ("loss", "num_tokens"))
+        # NaN marks a metric the step does not have (e.g. another phase's, `steps.phased`);
+        # the JSONL row keeps it, the console line leaves it out.
+        shown = sorted(
+            k for k in values if k not in ("loss", "num_tokens") and not math.isnan(values[k])
+        )
         parts += [f"{k} {values[k]:.4g}" for k in ["loss", *shown] if k in values]
         rate = f"{steps_per_s:.2f} steps/s {steps_per_s * self.global_batch:.1f} ex/s"
         if self._window_tokens:

@@ -5,7 +5,7 @@ increments it after the method's step) and derives `rng` from `fold_in(state.rng
 so steps never manage either.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -85,3 +85,68 @@ def with_schedules(step: Callable, schedules: dict[str, Callable]) -> Callable:
         return new_state.replace(extra=state.extra), {**metrics, **values}
 
     return scheduled_step
+
+
+def stacked(*txs: optax.GradientTransformation) -> optax.GradientTransformation:
+    """The optimiser of a `phased` method: its state is one state per phase (a tuple).
+
+    Only `init` is meaningful; each phase's step updates with its own transformation.
+    """
+
+    def init(params):
+        return tuple(tx.init(params) for tx in txs)
+
+    def update(updates, state, params=None):
+        raise TypeError("stacked(...) holds per-phase states; use each phase's own tx.update")
+
+    return optax.GradientTransformation(init, update)
+
+
+def phased(phases: Sequence[tuple[int | None, Callable]]) -> Callable:
+    """One step that runs `phases[k] = (num_steps, step_k)` in order, switching on `state.step`.
+
+    E.g. a supervised warm start, then RL: `phased([(200, sft_step), (None, grpo_step)])`; the
+    last phase may be open-ended (None). Phase k's step sees `state.opt_state[k]` as its
+    optimiser state (build the method's tx with `stacked(tx_0, tx_1, ...)`), so each phase has
+    its own optimiser and a schedule that starts at its first step. Both steps are compiled
+    into one executable; `lax.switch` runs one. Metrics are the union of the phases' keys, NaN
+    where the running phase has none, plus "phase".
+    """
+    if not phases or any(n is None for n, _ in phases[:-1]):
+        raise ConfigError("phased: give >= 1 phase; only the last may have num_steps=None")
+    for n, _ in phases:
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
+            raise ConfigError(f"phased: num_steps must be an int >= 0 or None, got {n!r}")
+    ends = [n for n, _ in phases if n is not None]
+    boundaries = jnp.cumsum(jnp.asarray(ends, jnp.int32)) if ends else jnp.zeros((0,), jnp.int32)
+
+    def step(state, batch, *, rng):
+        def branch(k, inner):
+            def run(state):
+                sub = state.replace(opt_state=state.opt_state[k])
+                new, metrics = inner(sub, batch, rng=rng)
+                opt_state = tuple(
+                    new.opt_state if i == k else s for i, s in enumerate(state.opt_state)
+                )
+                return new.replace(opt_state=opt_state), metrics
+
+            return run
+
+        runs = [branch(k, inner) for k, (_, inner) in enumerate(phases)]
+        shapes = [jax.eval_shape(run, state)[1] for run in runs]
+        keys = sorted(set().union(*shapes))
+
+        def padded(k):
+            def run(state):
+                new, metrics = runs[k](state)
+                filled = {key: metrics.get(key, jnp.float32(jnp.nan)) for key in keys}
+                filled = {key: jnp.asarray(v, jnp.float32) for key, v in filled.items()}
+                return new, {**filled, "phase": jnp.float32(k)}
+
+            return run
+
+        # Phase index: how many phase ends the step has passed (the last phase absorbs the rest).
+        index = jnp.minimum(jnp.sum(state.step >= boundaries), len(phases) - 1)
+        return jax.lax.switch(index, [padded(k) for k in range(len(phases))], state)
+
+    return step

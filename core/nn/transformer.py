@@ -234,7 +234,9 @@ class Transformer(nnx.Module):
             rngs=rngs,
         )
 
-    def __call__(self, tokens_BT, positions_BT, key_mask_BT, cache: KVCache | None = None):
+    def __call__(
+        self, tokens_BT, positions_BT, key_mask_BT, cache: KVCache | None = None, head=True
+    ):
         T = tokens_BT.shape[1]
         x_BTD = self.embed(tokens_BT)
         if cache is None:
@@ -252,6 +254,8 @@ class Transformer(nnx.Module):
             if cache is not None:
                 cache_kv = (*cache_kv, cache.index)
             x_BTD, cache_kv = block(x_BTD, positions_BT, mask_BTS, cache_kv, layer)
+        if not head:  # the final hidden state, for probes (no cache, see `features`)
+            return self.final_norm(x_BTD), None
         logits_BTV = self.lm_head(self.final_norm(x_BTD)).astype(jnp.float32)
         if cache is None:
             return logits_BTV, None
@@ -289,6 +293,21 @@ def apply(
     cache: from `init_cache`; the T tokens go to slots [index, index+T), which must fit in
       the cache (inside jit an overflow cannot raise: `dynamic_update_slice` clamps the start).
     """
+    model, positions_BT, key_mask_BT = _prepare(
+        cfg, params, tokens_BT, positions_BT, key_mask_BT, cache
+    )
+    return model(tokens_BT, positions_BT, key_mask_BT, cache)
+
+
+def features(cfg, params, tokens_BT, *, positions_BT=None, key_mask_BT=None) -> jax.Array:
+    """The final normalised hidden state [B, T, D] (what the output projection reads), e.g.
+    for a probe on a frozen model. Same arguments as `apply`, without a cache."""
+    model, positions_BT, key_mask_BT = _prepare(cfg, params, tokens_BT, positions_BT, key_mask_BT)
+    return model(tokens_BT, positions_BT, key_mask_BT, None, head=False)[0]
+
+
+def _prepare(cfg, params, tokens_BT, positions_BT, key_mask_BT, cache=None):
+    """The merged model and `apply`'s defaults for positions and the key mask."""
     B, T = tokens_BT.shape
     S = T if cache is None else cache.key_mask.shape[1]
     if cfg.max_len < S:
@@ -300,8 +319,7 @@ def apply(
         positions_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
     if key_mask_BT is None:
         key_mask_BT = jnp.ones((B, T), bool)
-    model = nnx.merge(_graphdef(cfg), params)
-    return model(tokens_BT, positions_BT, key_mask_BT.astype(bool), cache)
+    return nnx.merge(_graphdef(cfg), params), positions_BT, key_mask_BT.astype(bool)
 
 
 def init_cache(cfg: TransformerConfig, batch_size: int, max_len: int, dtype=None) -> KVCache:

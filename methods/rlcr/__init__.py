@@ -1,7 +1,129 @@
-"""RLCR (paper 1): GRPO with a Brier-score term so verbalized confidence becomes calibrated.
+"""RLCR (paper 1): GRPO with a Brier-score term, so that verbalized confidence becomes calibrated.
 
-- `rewards.py`: RLVR and RLCR rewards (and a log-score variant that breaks the correctness
-  incentive) as pure, jittable functions of parsed per-sample quantities.
-- `calibration.py`: accuracy, ECE (10 equal-width bins), Brier score, AUROC and reliability-
-  diagram data for confidences against correctness.
+    python -m launch.train --config=configs/rlcr.py:arm=rlcr --workdir=/tmp/rlcr
+    python -m launch.reproduce --methods=rlcr
+
+- `witness.py`: the noisy-witness task (exact posterior), its vocabulary and token parsing.
+- `rewards.py`: RLVR / RLCR rewards on parsed quantities; `policy.py`: the same from token ids,
+  the model config and the format warm-start loss.
+- `calibration.py`: accuracy, ECE, Brier, AUROC, reliability bins.
+- `evaluation.py`: greedy answers and confidences, the post-hoc probe, voting.
+- `experiment.py`: RLVR vs RLCR over seeds, in and out of domain.
+
+`make(config)` returns a `core.Method` whose step is the warm start for `warm_start.steps`
+steps, then `core.grpo` (`core.steps.phased`), each phase with its own optimiser.
 """
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from core import data, grpo, optim
+from core.errors import ConfigError
+from core.method import Method
+from core.nn import transformer
+from core.precision import compute_dtype
+from core.steps import gradient_step, phased, stacked
+from methods.rlcr import evaluation, policy, witness
+
+EVAL_SEED_OFFSET = 1_000_003  # evaluation questions come from a stream training never draws
+
+
+def grpo_config(config) -> grpo.GRPOConfig:
+    return grpo.GRPOConfig(
+        **config.grpo.to_dict(),
+        max_new_tokens=policy.MAX_NEW_TOKENS,
+        eos_id=witness.EOS,
+        pad_id=witness.PAD,
+    )
+
+
+def reward_weights(config) -> tuple[float, float, float]:
+    r = config.rewards
+    weights = (r.w_format, r.w_correct, r.w_brier)
+    if any(not isinstance(w, int | float) or w < 0 for w in weights):
+        raise ConfigError(f"rewards weights must be numbers >= 0, got {r.to_dict()}")
+    return tuple(float(w) for w in weights)
+
+
+def example(rng: np.random.Generator, family=witness.IN_DOMAIN) -> dict[str, np.ndarray]:
+    """One question: prompt, its mask, the hidden answer (what the reward reads)."""
+    one = witness.sample(rng, 1, family)
+    return {k: one[k][0] for k in ("prompt", "prompt_mask", "answer")}
+
+
+def eval_data(family, num_examples: int, seed: int) -> dict[str, np.ndarray]:
+    return witness.sample(np.random.default_rng([seed, EVAL_SEED_OFFSET]), num_examples, family)
+
+
+def make(config) -> Method:
+    cfg = policy.model_config(config.model, compute_dtype(config.dtype))
+    gcfg = grpo_config(config)
+    warm_steps = config.warm_start.steps
+    if not isinstance(warm_steps, int) or not 0 <= warm_steps <= config.train.steps:
+        raise ConfigError(
+            f"warm_start.steps={warm_steps!r} must be an int in [0, train.steps="
+            f"{config.train.steps}]"
+        )
+    warm_tx = optax.adam(config.warm_start.lr)
+    rl_tx = optim.make(config.optim, max(config.train.steps - warm_steps, 1))
+    reward_fn = functools.partial(policy.token_rewards, weights=reward_weights(config))
+    answers = config.warm_start.answers
+    if answers not in policy.WARM_START_ANSWERS:
+        raise ConfigError(
+            f"warm_start.answers={answers!r} is unknown; expected one of: "
+            + ", ".join(policy.WARM_START_ANSWERS)
+        )
+    warm_loss = functools.partial(policy.warm_start_loss, cfg, answers=answers)
+    warm_step = gradient_step(warm_loss, warm_tx)
+    rl_step = grpo.make_step(cfg, rl_tx, reward_fn, gcfg)
+    if gcfg.kl_beta > 0:
+        rl_step = _with_reference_from(warm_steps, rl_step)
+
+    def init(rng, batch_spec):
+        del batch_spec
+        params = transformer.init_params(cfg, rng)
+        return {"params": params, **({"reference": params} if gcfg.kl_beta > 0 else {})}
+
+    def dataset(split, *, shard, seed):
+        offset = 0 if split == "train" else EVAL_SEED_OFFSET
+        return data.synthetic(
+            example, global_batch=config.train.batch_size, seed=seed + offset, shard=shard
+        )
+
+    def evaluate(state, *, seed):
+        metrics = {}
+        for family in (witness.IN_DOMAIN, witness.OUT_OF_DOMAIN):
+            outcome = evaluation.answer(
+                cfg, state.params, eval_data(family, config.eval.num_examples, seed)
+            )
+            scores = evaluation.summary(outcome["q"], outcome["correct"])
+            metrics |= {f"{family.name}/{k}": v for k, v in scores.items()}
+            metrics[f"{family.name}/format"] = float(outcome["format_ok"].mean())
+        return metrics
+
+    return Method(
+        init=init,
+        loss=warm_loss,
+        step=phased([(warm_steps, warm_step), (None, rl_step)]),
+        tx=stacked(warm_tx, rl_tx),
+        dataset=dataset,
+        evaluate=evaluate,
+        sharding_rules=transformer.SHARDING_RULES,
+    )
+
+
+def _with_reference_from(first_rl_step: int, rl_step):
+    """The KL reference is the policy as RL starts (after the warm start), not the random init."""
+
+    def step(state, batch, *, rng):
+        starting = state.step == first_rl_step
+        reference = jax.tree.map(
+            lambda r, p: jnp.where(starting, p, r), state.extra["reference"], state.params
+        )
+        return rl_step(state.replace(extra={**state.extra, "reference": reference}), batch, rng=rng)
+
+    return step

@@ -237,3 +237,20 @@ def test_tensor_parallel_apply_matches_single_device():
     expected, _ = apply_jit(CFG, params, random_tokens(6, (4, 12)))
     got, _ = apply_jit(CFG, sharded, tokens_BT)
     np.testing.assert_allclose(got, expected, atol=1e-5)  # float32 reduction order only
+
+
+def test_features_are_what_the_output_projection_reads():
+    cfg = transformer.TransformerConfig(
+        vocab_size=16, num_layers=1, d_model=16, num_heads=2, d_ff=32, max_len=8
+    )
+    params = transformer.init_params(cfg, jax.random.key(0))
+    tokens_BT = jax.random.randint(jax.random.key(1), (2, 8), 0, 16)
+    logits_BTV, _ = transformer.apply(cfg, params, tokens_BT)
+    hidden_BTD = transformer.features(cfg, params, tokens_BT)
+    assert hidden_BTD.shape == (2, 8, 16)
+    # The same float32 matmul the head does; only summation order may differ (~1e-6).
+    np.testing.assert_allclose(
+        hidden_BTD @ params["lm_head"]["kernel"], logits_BTV, rtol=1e-5, atol=1e-5
+    )
+    with pytest.raises(ValueError, match="exceeds TransformerConfig.max_len"):
+        transformer.features(cfg, params, jnp.zeros((1, 9), jnp.int32))

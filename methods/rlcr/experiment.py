@@ -1,0 +1,393 @@
+"""RLCR's claims at CPU scale: RLVR vs RLCR on the noisy-witness task, in and out of domain.
+
+Per seed, both arms start from the same format warm start (same seed: same init, same data) and
+run GRPO with the same budget through `core.train`; they differ only in the Brier weight
+(0.5 vs 0). Each trained policy answers fresh in-domain and out-of-domain questions greedily:
+
+- verbalized confidence: the stated confidence token (both arms);
+- answer probability: the emitted answer token's probability (both arms);
+- post-hoc probe (RLVR): logistic regression of correctness on the frozen final hidden state at
+  the answer token, fitted on fresh in-domain questions;
+- voting: `vote_samples` samples per question at the training temperature; plain majority vs
+  confidence-weighted vote vs the single most confident sample.
+
+The task's exact posterior gives the ideal confidence of every answer the policy gives
+(`ideal_q`); the Brier score of stating it is the floor for that policy's answers, and the
+Bayes-optimal answerer's accuracy and Brier are reported beside.
+
+Claims (in-domain, means over seeds unless stated):
+- accuracy: |RLCR - RLVR| <= ACC_TOL;
+- RLCR's ECE <= ECE_TARGET and its Brier within BRIER_GAP of the floor for its own answers;
+- RLCR's ECE is far below RLVR's (ratio <= ECE_RATIO), also out of domain (RLCR < RLVR);
+- RLVR's stated confidence is uninformative: |AUROC - 0.5| <= AUROC_BAND;
+- for RLCR, confidence-weighted voting >= majority voting.
+"""
+
+import dataclasses
+import os
+
+import jax
+import numpy as np
+
+from configs import rlcr as rlcr_config
+from core import train
+from core.claims import Claim, Report
+from core.precision import compute_dtype
+from methods import rlcr
+from methods.rlcr import calibration, evaluation, policy, witness
+
+ARMS = ("rlvr", "rlcr")
+FAMILIES = (witness.IN_DOMAIN, witness.OUT_OF_DOMAIN)
+# "Within about 2 points" (the issue; the paper: 63.0 vs 62.1 on HotpotQA, 72.9 vs 72.7 maths).
+ACC_TOL = 0.02
+# The notes' expectation for this task: ECE <= 0.05 and Brier within 0.01-0.02 of the floor.
+ECE_TARGET = 0.05
+BRIER_GAP = 0.02
+# "Far below": the paper's HotpotQA ECE is 0.03 vs 0.37 (x12); we ask for x3.
+ECE_RATIO = 1 / 3
+# "Near 0.5": the repo's RLVR rows have AUROC 0.50 with q fixed near 1.
+AUROC_BAND = 0.1
+# The reduced run's claim: from the warm start's uniform confidences (ECE ~0.45 at chance
+# accuracy) the Brier term must remove at least a third of the miscalibration.
+ECE_DROP = 0.15
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    seeds: tuple[int, ...]
+    size: str
+    rl_steps: int
+    eval_examples: int
+    probe_examples: int
+    vote_examples: int
+    vote_samples: int
+    overrides: tuple[tuple[str, str, object], ...] = ()
+
+
+FULL = Setting(
+    seeds=(0, 1, 2),
+    size="small",
+    rl_steps=400,
+    eval_examples=4000,
+    probe_examples=4000,
+    vote_examples=2000,
+    vote_samples=8,
+)
+QUICK = Setting(
+    seeds=(0,),
+    size="small",
+    rl_steps=40,
+    eval_examples=1000,
+    probe_examples=1000,
+    vote_examples=500,
+    vote_samples=8,
+    overrides=(("model", "d_model", 64), ("model", "d_ff", 128), ("train", "batch_size", 32)),
+)
+
+
+def arm_config(arm: str, seed: int, setting: Setting):
+    c = rlcr_config.get_config(f"arm={arm},size={setting.size}")
+    c.seed = seed
+    c.train.steps = c.warm_start.steps + setting.rl_steps
+    c.train.checkpoint_every = 0
+    c.train.eval_every = -1  # evaluated here, once, on larger sets
+    c.train.log_every = max(1, c.train.steps // 10)
+    for section, name, value in setting.overrides:
+        c[section][name] = value
+    return c
+
+
+def measure(cfg, params, seed: int, setting: Setting, temperature: float) -> dict:
+    """Every number of one trained policy, per family, and reliability bins for the plots."""
+    rng = np.random.default_rng([seed, 7])
+    probe_data = witness.sample(rng, setting.probe_examples, witness.IN_DOMAIN)
+    probe_out = evaluation.answer(cfg, params, probe_data)
+    probe = evaluation.fit_probe(probe_out["hidden"], probe_out["correct"], seed=seed)
+    result = {}
+    for f, family in enumerate(FAMILIES):
+        data = witness.sample(rng, setting.eval_examples, family)
+        out = evaluation.answer(cfg, params, data)
+        confidences = {
+            "verbalized": out["q"],
+            "answer_prob": out["answer_prob"],
+            "probe": evaluation.probe_confidence(probe, out["hidden"]),
+            "ideal": out["ideal_q"],  # the exact posterior of the policy's own answers
+        }
+        correct = out["correct"]
+        votes = evaluation.vote(
+            cfg,
+            params,
+            {k: v[: setting.vote_examples] for k, v in data.items()},
+            rng=jax.random.key(1000 * seed + f),
+            num_samples=setting.vote_samples,
+            temperature=temperature,
+        )
+        result[family.name] = {
+            "format": float(out["format_ok"].mean()),
+            "mean_q": float(out["q"].mean()),
+            "scores": {k: evaluation.summary(q, correct) for k, q in confidences.items()},
+            "bins": {k: reliability_lists(q, correct) for k, q in confidences.items()},
+            "votes": votes,
+            "bayes": witness.bayes_summary(data["counts"], data["rho"]),
+        }
+    return result
+
+
+def reliability_lists(q_N, correct_N) -> dict[str, list]:
+    conf, acc, count = calibration.reliability(q_N, correct_N)
+    return {
+        "confidence": np.asarray(conf).tolist(),
+        "accuracy": np.asarray(acc).tolist(),
+        "count": np.asarray(count).tolist(),
+    }
+
+
+def train_policy(config, workdir: str):
+    """Train through `core.train` (warm start, then GRPO); the params and the step history."""
+    result = train.run(config, rlcr.make(config), workdir)
+    return result.state.params, result.history
+
+
+def mean_over_seeds(per_seed: list[dict], *path) -> float:
+    values = []
+    for run_result in per_seed:
+        for key in path:
+            run_result = run_result[key]
+        values.append(run_result)
+    return float(np.nanmean(values))
+
+
+def run(workdir: str, quick: bool = False) -> Report:
+    setting = QUICK if quick else FULL
+    runs = {arm: [] for arm in (*ARMS, "start")}
+    histories = {arm: [] for arm in ARMS}
+    for seed in setting.seeds:
+        for arm in ARMS:
+            config = arm_config(arm, seed, setting)
+            cfg = policy.model_config(config.model, compute_dtype(config.dtype))
+            temperature = config.grpo.temperature
+            if arm == ARMS[0]:  # the shared starting point: the warm start alone
+                start = arm_config(arm, seed, setting)
+                start.train.steps = start.warm_start.steps
+                params, _ = train_policy(start, os.path.join(workdir, f"start-{seed}"))
+                runs["start"].append(measure(cfg, params, seed, setting, temperature))
+            params, history = train_policy(config, os.path.join(workdir, f"{arm}-{seed}"))
+            runs[arm].append(measure(cfg, params, seed, setting, temperature))
+            histories[arm].append(history)
+            print(f"seed {seed} {arm}: " + line(runs[arm][-1]), flush=True)
+    figure = os.path.join(workdir, "rlcr_reliability.png")
+    plot(runs, figure)
+    metrics = {"setting": dataclasses.asdict(setting), "runs": runs, "table": table(runs)}
+    return Report(
+        method="rlcr",
+        claims=claims(runs, quick),
+        metrics=metrics,
+        command="python -m launch.reproduce --methods=rlcr" + (" --quick" if quick else ""),
+        notes=notes(runs),
+        figures=[figure],
+    )
+
+
+def line(result: dict) -> str:
+    parts = []
+    for family in FAMILIES:
+        s = result[family.name]["scores"]["verbalized"]
+        parts.append(
+            f"{family.name} acc {s['accuracy']:.3f} ece {s['ece']:.3f} brier {s['brier']:.3f} "
+            f"auroc {s['auroc']:.3f}"
+        )
+    return " | ".join(parts)
+
+
+def table(runs: dict) -> dict:
+    """Means over seeds: {arm: {family: {confidence: {metric: value}}}} plus votes and floors."""
+    out = {}
+    for arm, per_seed in runs.items():
+        out[arm] = {}
+        for family in FAMILIES:
+            name = family.name
+            entry = {
+                conf: {
+                    metric: mean_over_seeds(per_seed, name, "scores", conf, metric)
+                    for metric in ("accuracy", "ece", "brier", "auroc")
+                }
+                for conf in ("verbalized", "answer_prob", "probe", "ideal")
+            }
+            entry["votes"] = {
+                k: mean_over_seeds(per_seed, name, "votes", k)
+                for k in ("single", "majority", "weighted", "max_confidence")
+            }
+            entry["bayes"] = {
+                k: mean_over_seeds(per_seed, name, "bayes", k) for k in ("accuracy", "brier")
+            }
+            entry["format"] = mean_over_seeds(per_seed, name, "format")
+            out[arm][name] = entry
+    return out
+
+
+def claims(runs: dict, quick: bool) -> list[Claim]:
+    t = table(runs)
+    ind, ood = witness.IN_DOMAIN.name, witness.OUT_OF_DOMAIN.name
+    rlcr_in, rlvr_in = t["rlcr"][ind], t["rlvr"][ind]
+    verbal = lambda arm, fam, metric: t[arm][fam]["verbalized"][metric]  # noqa: E731
+    out = [
+        # The suite's reduced run asserts this one: the Brier term moves the stated confidence
+        # towards the accuracy from the warm start's uniform guesses.
+        Claim(
+            "RLCR lowers the ECE of its stated confidence against the warm start (in domain)",
+            "ece_start - ece_rlcr",
+            verbal("start", ind, "ece") - verbal("rlcr", ind, "ece"),
+            ">=",
+            ECE_DROP,
+        ),
+    ]
+    if quick:
+        return out
+    return out + [
+        Claim(
+            "RLCR and RLVR reach the same accuracy, within 2 points (in domain)",
+            "|acc_rlcr - acc_rlvr|",
+            abs(rlcr_in["verbalized"]["accuracy"] - rlvr_in["verbalized"]["accuracy"]),
+            "<=",
+            ACC_TOL,
+        ),
+        Claim(
+            "RLCR's stated confidence is calibrated (in domain)",
+            "ece_rlcr",
+            verbal("rlcr", ind, "ece"),
+            "<=",
+            ECE_TARGET,
+        ),
+        Claim(
+            "RLCR's Brier score is near the floor for its own answers (in domain)",
+            "brier_rlcr - brier_ideal",
+            rlcr_in["verbalized"]["brier"] - rlcr_in["ideal"]["brier"],
+            "<=",
+            BRIER_GAP,
+        ),
+        Claim(
+            "RLCR's ECE is far below RLVR's (in domain)",
+            "ece_rlcr / ece_rlvr",
+            verbal("rlcr", ind, "ece") / verbal("rlvr", ind, "ece"),
+            "<=",
+            ECE_RATIO,
+        ),
+        Claim(
+            "RLCR's ECE is below RLVR's out of domain",
+            "ece_rlcr / ece_rlvr (ood)",
+            verbal("rlcr", ood, "ece") / verbal("rlvr", ood, "ece"),
+            "<",
+            1.0,
+        ),
+        Claim(
+            "RLVR's stated confidence is uninformative: AUROC near 0.5 (in domain)",
+            "|auroc_rlvr - 0.5|",
+            abs(verbal("rlvr", ind, "auroc") - 0.5),
+            "<=",
+            AUROC_BAND,
+        ),
+        Claim(
+            "Confidence-weighted voting is at least as accurate as majority voting (RLCR)",
+            "weighted - majority",
+            rlcr_in["votes"]["weighted"] - rlcr_in["votes"]["majority"],
+            ">=",
+            0.0,
+        ),
+    ]
+
+
+def notes(runs: dict) -> str:
+    t = table(runs)
+    lines = [
+        "Means over seeds; greedy answers. ECE / Brier / AUROC of each confidence against the "
+        "correctness of the greedy answer; ideal = the exact posterior of that answer.",
+        "",
+        "| arm | family | format | accuracy | confidence | ECE | Brier | AUROC |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for arm in ("start", *ARMS):
+        for family in FAMILIES:
+            entry = t[arm][family.name]
+            for conf in ("verbalized", "answer_prob", "probe", "ideal"):
+                s = entry[conf]
+                lines.append(
+                    f"| {arm} | {family.name} | {entry['format']:.3f} | {s['accuracy']:.3f} | "
+                    f"{conf} | {s['ece']:.3f} | {s['brier']:.3f} | {s['auroc']:.3f} |"
+                )
+    lines += [
+        "",
+        "| arm | family | single | majority | weighted | max-conf. | Bayes acc | Bayes Brier |",
+    ]
+    lines += ["|---|---|---|---|---|---|---|---|"]
+    for arm in ARMS:
+        for family in FAMILIES:
+            v, b = t[arm][family.name]["votes"], t[arm][family.name]["bayes"]
+            lines.append(
+                f"| {arm} | {family.name} | {v['single']:.3f} | {v['majority']:.3f} | "
+                f"{v['weighted']:.3f} | {v['max_confidence']:.3f} | {b['accuracy']:.3f} | "
+                f"{b['brier']:.3f} |"
+            )
+    return "\n".join(lines)
+
+
+PANELS = (
+    ("rlcr", "verbalized", "RLCR: stated confidence"),
+    ("rlvr", "verbalized", "RLVR: stated confidence"),
+    ("rlvr", "answer_prob", "RLVR: answer-token probability"),
+    ("rlvr", "probe", "RLVR + post-hoc probe"),
+)
+
+
+def pooled_bins(per_seed: list[dict], family: str, conf: str):
+    """Reliability bins pooled over seeds (count-weighted)."""
+    count = np.zeros(calibration.NUM_BINS)
+    conf_sum, acc_sum = np.zeros_like(count), np.zeros_like(count)
+    for result in per_seed:
+        bins = result[family]["bins"][conf]
+        c = np.asarray(bins["count"])
+        count += c
+        conf_sum += np.nan_to_num(np.asarray(bins["confidence"])) * c
+        acc_sum += np.nan_to_num(np.asarray(bins["accuracy"])) * c
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return conf_sum / count, acc_sum / count, count
+
+
+def plot(runs: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(FAMILIES), len(PANELS), figsize=(3.2 * len(PANELS), 6.4))
+    centres = (np.arange(calibration.NUM_BINS) + 0.5) / calibration.NUM_BINS
+    t = table(runs)
+    for row, family in enumerate(FAMILIES):
+        for col, (arm, conf, title) in enumerate(PANELS):
+            ax = axes[row, col]
+            mean_conf, acc, count = pooled_bins(runs[arm], family.name, conf)
+            keep = count > 0
+            ax.bar(
+                centres[keep], acc[keep], width=0.09, color="tab:blue", alpha=0.8, label="accuracy"
+            )
+            ax.plot(
+                mean_conf[keep],
+                acc[keep],
+                "o",
+                color="tab:red",
+                ms=3,
+                label="(confidence, accuracy)",
+            )
+            ax.plot([0, 1], [0, 1], "k--", lw=0.8)
+            s = t[arm][family.name][conf]
+            ax.set_title(
+                f"{title}\n{family.name}: ECE {s['ece']:.3f}, AUROC {s['auroc']:.2f}", fontsize=8
+            )
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+            ax.set_xlabel("confidence", fontsize=8)
+            if col == 0:
+                ax.set_ylabel("accuracy in bin", fontsize=8)
+    axes[0, 0].legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
