@@ -5,7 +5,8 @@
     votes = vote(cfg, params, data, rng=key, num_samples=8, temperature=0.7)
 
 The confidences compared (arms of the experiment):
-- verbalized: the confidence token the policy states (RLCR trains it; RLVR does not);
+- verbalized: the confidence token the policy states (RLCR trains it; RLVR does not), and
+  its expectation under the policy (`mean_q`);
 - answer probability: softmax probability of the emitted answer token (temperature 1);
 - post-hoc probe: logistic regression on the frozen final hidden state at the answer token,
   fitted to correctness on fresh training-distribution questions (`fit_probe`).
@@ -64,33 +65,43 @@ def _greedy(cfg, params, prompt_BP, prompt_mask_BP):
     ans_pos_B = jnp.max(jnp.where(is_ans_BN, jnp.arange(out.tokens_BN.shape[1]), -1), axis=1) + 1
     ans_pos_B = jnp.clip(ans_pos_B, 0, out.tokens_BN.shape[1] - 1)
     ans_logp_B = jnp.take_along_axis(out.logprobs_BN, ans_pos_B[:, None], axis=1)[:, 0]
-    # Hidden state where the answer digit is the input: it has read the prompt and the answer.
     seq_BT = jnp.concatenate([prompt_BP, out.tokens_BN], axis=1)
     key_mask_BT = jnp.concatenate([prompt_mask_BP, out.mask_BN], axis=1)
     positions_BT = jnp.maximum(jnp.cumsum(key_mask_BT, axis=1, dtype=jnp.int32) - 1, 0)
-    hidden_BTD = transformer.features(
-        cfg, params, seq_BT, positions_BT=positions_BT, key_mask_BT=key_mask_BT
-    )
+    teacher = dict(positions_BT=positions_BT, key_mask_BT=key_mask_BT)
+    at = lambda x_BT, pos_B: jnp.take_along_axis(x_BT, pos_B[:, None, None], axis=1)[:, 0]  # noqa: E731
     P = prompt_BP.shape[1]
-    hidden_BD = jnp.take_along_axis(hidden_BTD, (P + ans_pos_B)[:, None, None], axis=1)[:, 0]
+    # Hidden state where the answer digit is the input: it has read the prompt and the answer.
+    hidden_BD = at(transformer.features(cfg, params, seq_BT, **teacher), P + ans_pos_B)
+    # The policy's distribution over confidence tokens where it states one (input: CONF).
+    is_conf_BN = (out.tokens_BN == witness.CONF) & out.mask_BN
+    conf_pos_B = jnp.max(jnp.where(is_conf_BN, jnp.arange(out.tokens_BN.shape[1]), -1), axis=1)
+    logits_BV = at(transformer.apply(cfg, params, seq_BT, **teacher)[0], P + conf_pos_B)
+    conf_probs_BK = jax.nn.softmax(logits_BV[:, witness.CONF0 :], axis=-1)
+    mean_q_B = conf_probs_BK @ jnp.asarray(witness.CONF_VALUES, jnp.float32)
     answer_prob_B = jnp.where(format_ok_B, jnp.exp(ans_logp_B), 0.0)
-    return format_ok_B, answer_B, q_B, answer_prob_B, hidden_BD
+    mean_q_B = jnp.where(format_ok_B, mean_q_B, 0.0)
+    return format_ok_B, answer_B, q_B, mean_q_B, answer_prob_B, hidden_BD
 
 
 def answer(cfg, params, data: dict) -> dict[str, np.ndarray]:
     """Greedy completions of `data` (from `witness.sample`), parsed, as numpy arrays.
 
     Keys: format_ok, answer (-1 on format failure), q (stated confidence, 0 on failure),
-    correct, answer_prob, ideal_q (the exact posterior of the given answer: what a calibrated
-    policy states), hidden (final hidden state at the answer token).
+    mean_q (the expected stated confidence under the policy's distribution over confidence
+    tokens at that point, renormalised over them: a readout without the mode's arbitrariness
+    when that distribution is flat, as after the warm start), correct, answer_prob, ideal_q
+    (the exact posterior of the given answer: what a calibrated policy states), hidden (the
+    final hidden state at the answer token).
     """
-    format_ok, answer_, q, answer_prob, hidden = _in_batches(
+    format_ok, answer_, q, mean_q, answer_prob, hidden = _in_batches(
         lambda i, prompt_BP, mask_BP: _greedy(cfg, params, prompt_BP, mask_BP), data
     )
     return {
         "format_ok": format_ok,
         "answer": answer_,
         "q": q,
+        "mean_q": mean_q,
         "correct": format_ok & (answer_ == data["answer"]),
         "answer_prob": answer_prob,
         "ideal_q": witness.answer_posterior(
