@@ -18,6 +18,7 @@ is 1 and the clip never fires), token-level aggregation over the batch.
 import dataclasses
 import numbers
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -189,6 +190,54 @@ def loss_weights(out: sampler.SampleOutput, informative_R, gcfg: GRPOConfig):
     return (out.mask_BN & keep_R[:, None]).astype(jnp.float32)
 
 
+class Scored(NamedTuple):
+    """A scored rollout, what the update trains on (R = prompts x group rows)."""
+
+    prompt_RP: jax.Array
+    prompt_mask_RP: jax.Array
+    tokens_RN: jax.Array
+    mask_RN: jax.Array
+    adv_R: jax.Array
+    weight_RN: jax.Array  # 1.0 on the tokens that take part in the loss (`loss_weights`)
+
+
+def update(cfg, tx, gcfg: GRPOConfig, params, opt_state, scored: Scored, reference=None):
+    """`gcfg.ppo_epochs` clipped policy-gradient updates on one scored rollout.
+
+    Returns (params, opt_state, metrics of the last epoch). `reference`: the KL's frozen params
+    (needed when gcfg.kl_beta > 0).
+    """
+    logprobs = lambda p: token_logprobs(  # noqa: E731
+        cfg, p, scored.prompt_RP, scored.prompt_mask_RP, scored.tokens_RN, scored.mask_RN,
+        temperature=gcfg.temperature,
+    )  # fmt: skip
+    ref_logp_RN = None
+    if gcfg.kl_beta > 0:
+        if reference is None:
+            raise ConfigError("grpo.kl_beta > 0 needs the reference params")
+        ref_logp_RN = jax.lax.stop_gradient(logprobs(reference))
+    # One epoch: old = the current policy (ratio 1), no extra forward. More epochs: the policy
+    # that sampled, fixed before the first update.
+    old_logp_RN = None
+    if gcfg.ppo_epochs > 1:
+        old_logp_RN = jax.lax.stop_gradient(logprobs(params))
+
+    def loss(p):
+        logp_RN = logprobs(p)
+        old = jax.lax.stop_gradient(logp_RN) if old_logp_RN is None else old_logp_RN
+        return policy_loss(logp_RN, old, scored.adv_R, scored.weight_RN, gcfg, ref_logp_RN)
+
+    def epoch(carry, _):
+        p, opt_state = carry
+        (value, metrics), grads = jax.value_and_grad(loss, has_aux=True)(p)
+        updates, opt_state = tx.update(grads, opt_state, p)
+        metrics = {"loss": value, **metrics, "grad_norm": optax.tree.norm(grads)}
+        return (optax.apply_updates(p, updates), opt_state), metrics
+
+    (params, opt_state), metrics = jax.lax.scan(epoch, (params, opt_state), length=gcfg.ppo_epochs)
+    return params, opt_state, jax.tree.map(lambda x: x[-1], metrics)
+
+
 def make_step(
     cfg,
     tx: optax.GradientTransformation,
@@ -198,51 +247,40 @@ def make_step(
     prompt_key: str = "prompt",
     prompt_mask_key: str = "prompt_mask",
 ) -> Callable:
-    """A `Method.step` for GRPO: rollout with the current params, reward, advantages, updates.
+    """A `Method.step` for GRPO: rollout with the current params, reward, advantages, `update`.
 
     The batch holds the prompts (left-padded) under `prompt_key`/`prompt_mask_key` and whatever
-    else `reward_fn` needs per prompt.
+    else `reward_fn` needs per prompt. With gcfg.kl_beta > 0 the reference params are
+    `state.extra["reference"]`.
     """
 
     def step(state, batch, *, rng):
         sample_rng, _ = jax.random.split(rng)
-        params = jax.lax.stop_gradient(state.params)
         prompt_RP, prompt_mask_RP, out = rollout(
-            cfg, params, batch[prompt_key], batch[prompt_mask_key], rng=sample_rng, gcfg=gcfg
+            cfg,
+            jax.lax.stop_gradient(state.params),
+            batch[prompt_key],
+            batch[prompt_mask_key],
+            rng=sample_rng,
+            gcfg=gcfg,
         )
         batch_R = repeat_groups(batch, gcfg.group_size)
         rewards_R, reward_metrics = reward_fn(batch_R, out.tokens_BN, out.mask_BN)
         adv_R, informative_R = group_advantages(
             rewards_R, gcfg.group_size, scale_std=gcfg.scale_std
         )
-        weight_RN = loss_weights(out, informative_R, gcfg)
-        logprobs = lambda p: token_logprobs(  # noqa: E731
-            cfg, p, prompt_RP, prompt_mask_RP, out.tokens_BN, out.mask_BN,
-            temperature=gcfg.temperature,
-        )  # fmt: skip
-        ref_logp_RN = None
-        if gcfg.kl_beta > 0:
-            ref_logp_RN = jax.lax.stop_gradient(logprobs(state.extra["reference"]))
-        # One epoch: old = the current policy (ratio 1), no extra forward. More epochs: the
-        # policy that sampled, fixed before the first update.
-        old_logp_RN = None if gcfg.ppo_epochs == 1 else jax.lax.stop_gradient(logprobs(params))
-
-        def loss(p):
-            logp_RN = logprobs(p)
-            old = jax.lax.stop_gradient(logp_RN) if old_logp_RN is None else old_logp_RN
-            return policy_loss(logp_RN, old, adv_R, weight_RN, gcfg, ref_logp_RN)
-
-        def update(carry, _):
-            p, opt_state = carry
-            (value, metrics), grads = jax.value_and_grad(loss, has_aux=True)(p)
-            updates, opt_state = tx.update(grads, opt_state, p)
-            metrics = {"loss": value, **metrics, "grad_norm": optax.tree.norm(grads)}
-            return (optax.apply_updates(p, updates), opt_state), metrics
-
-        (new_params, opt_state), metrics = jax.lax.scan(
-            update, (state.params, state.opt_state), length=gcfg.ppo_epochs
+        scored = Scored(
+            prompt_RP,
+            prompt_mask_RP,
+            out.tokens_BN,
+            out.mask_BN,
+            adv_R,
+            loss_weights(out, informative_R, gcfg),
         )
-        metrics = jax.tree.map(lambda x: x[-1], metrics)  # the last epoch's values
+        reference = state.extra.get("reference") if gcfg.kl_beta > 0 else None
+        params, opt_state, metrics = update(
+            cfg, tx, gcfg, state.params, state.opt_state, scored, reference
+        )
         rewards_BG = rewards_R.reshape(-1, gcfg.group_size)
         metrics |= {
             "reward": rewards_R.mean(),
@@ -253,6 +291,6 @@ def make_step(
             "num_tokens": out.lengths_B.sum(dtype=jnp.float32),
             **reward_metrics,
         }
-        return state.replace(params=new_params, opt_state=opt_state), metrics
+        return state.replace(params=params, opt_state=opt_state), metrics
 
     return step

@@ -3,7 +3,8 @@
 `push(step, metrics)` takes the device metrics of the step just dispatched and only then reads
 the previous step's (whose computation has finished or nearly so), so logging never stalls the
 device pipeline. Every step's loss is checked: a non-finite value stops the run with an error
-naming the step.
+naming the step. Any other metric that is NaN is left out of the step's row: NaN is how a step
+says "not measured at this step" (`core.steps.phased` fills another phase's keys with it).
 """
 
 import json
@@ -96,6 +97,7 @@ class MetricsLogger:
         loss = values.get("loss")
         if loss is not None and not math.isfinite(loss):
             raise NonFiniteLossError(f"non-finite loss ({loss}) at step {step}; stopping the run")
+        values = {k: v for k, v in values.items() if not math.isnan(v)}
         self._window_steps += 1
         self._window_tokens += values.get("num_tokens", 0.0)
         row = {"step": step, **values}
@@ -115,11 +117,7 @@ class MetricsLogger:
         # The first window includes compilation; it is reported but not used for the ETA.
         steps_per_s = self._window_steps / elapsed if elapsed > 0 else float("nan")
         parts = [f"{self.prefix}step {step}/{self.total_steps}"]
-        # NaN marks a metric the step does not have (e.g. another phase's, `steps.phased`);
-        # the JSONL row keeps it, the console line leaves it out.
-        shown = sorted(
-            k for k in values if k not in ("loss", "num_tokens") and not math.isnan(values[k])
-        )
+        shown = sorted(k for k in values if k not in ("loss", "num_tokens"))
         parts += [f"{k} {values[k]:.4g}" for k in ["loss", *shown] if k in values]
         rate = f"{steps_per_s:.2f} steps/s {steps_per_s * self.global_batch:.1f} ex/s"
         if self._window_tokens:

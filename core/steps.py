@@ -110,7 +110,7 @@ def phased(phases: Sequence[tuple[int | None, Callable]]) -> Callable:
     optimiser state (build the method's tx with `stacked(tx_0, tx_1, ...)`), so each phase has
     its own optimiser and a schedule that starts at its first step. Both steps are compiled
     into one executable; `lax.switch` runs one. Metrics are the union of the phases' keys, NaN
-    where the running phase has none, plus "phase".
+    where the running phase has none (the metrics logger leaves those out), plus "phase".
     """
     if not phases or any(n is None for n, _ in phases[:-1]):
         raise ConfigError("phased: give >= 1 phase; only the last may have num_steps=None")

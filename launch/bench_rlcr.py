@@ -19,10 +19,11 @@ rows, each time the median of `repeats` calls after a warm-up (which also compil
      row generates exactly N tokens, so the comparison is the decode loop and not eos timing;
      the cache and `max_len` sized P + N); N = `policy.MAX_NEW_TOKENS` also runs with the
      task's eos. With random params the policy rarely emits eos, so the two rows are close.
-  2. one GRPO step split into (a) `core.grpo.rollout` jitted alone, (b) the update alone:
-     jitted `jax.value_and_grad` of `grpo.token_logprobs` + `grpo.policy_loss` and an Adam
-     update on a fixed rollout, and (c) the whole `grpo.make_step` jitted (rollout, reward,
-     advantages, update in one call); with the rollout's fraction of (a) + (b).
+  2. one GRPO step split into (a) `core.grpo.rollout` jitted alone, (b) `core.grpo.update`
+     jitted alone on a fixed scored rollout (the reference log-probs of the KL term, the
+     gradient and the Adam update, as in training), and (c) the whole `grpo.make_step`
+     jitted (rollout, reward, advantages, update in one call); with the rollout's fraction of
+     (a) + (b).
 Writes `results/bench_rlcr.json`.
 """
 
@@ -211,41 +212,14 @@ def measure_decode(s: Setup, new_tokens=(6, 64), repeats: int = 5) -> list[dict]
 # ------------------------------------------------------------------ 2. the GRPO step's split
 
 
-def _update_fn(cfg, gcfg, tx):
-    """Jitted (params, opt_state, fixed rollout) -> (params, opt_state, loss): make_step's update
-    for one PPO epoch (old log-probs = the current ones, so the ratio is 1)."""
-
-    def loss(p, prompt_RP, prompt_mask_RP, tokens_RN, mask_RN, adv_R, weight_RN):
-        logp_RN = grpo.token_logprobs(
-            cfg, p, prompt_RP, prompt_mask_RP, tokens_RN, mask_RN, temperature=gcfg.temperature
-        )
-        old_RN = jax.lax.stop_gradient(logp_RN)
-        return grpo.policy_loss(logp_RN, old_RN, adv_R, weight_RN, gcfg)[0]
-
-    @jax.jit
-    def update(params, opt_state, *rollout):
-        value, grads = jax.value_and_grad(loss)(params, *rollout)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, value
-
-    return update
-
-
-def fixed_rollout(s: Setup, reward_fn, rollout_jit) -> tuple:
-    """One rollout with its rewards, advantages and loss weights, as make_step computes them."""
-    prompt_RP, prompt_mask_RP, out = rollout_jit(
-        s.cfg,
-        s.params,
-        s.batch["prompt"],
-        s.batch["prompt_mask"],
-        rng=jax.random.key(1),
-        gcfg=s.gcfg,
-    )
+def scored_rollout(s: Setup, reward_fn, rolled) -> grpo.Scored:
+    """A rollout's tensors with its advantages and loss weights, as make_step scores them."""
+    prompt_RP, prompt_mask_RP, out = rolled
     batch_R = grpo.repeat_groups(s.batch, s.gcfg.group_size)
     rewards_R, _ = reward_fn(batch_R, out.tokens_BN, out.mask_BN)
     adv_R, informative_R = grpo.group_advantages(rewards_R, s.gcfg.group_size)
     weight_RN = grpo.loss_weights(out, informative_R, s.gcfg)
-    return prompt_RP, prompt_mask_RP, out.tokens_BN, out.mask_BN, adv_R, weight_RN
+    return grpo.Scored(prompt_RP, prompt_mask_RP, out.tokens_BN, out.mask_BN, adv_R, weight_RN)
 
 
 def measure_split(s: Setup, repeats: int = 5) -> dict:
@@ -262,11 +236,14 @@ def measure_split(s: Setup, repeats: int = 5) -> dict:
             gcfg=s.gcfg,
         )
     )
-    rollout = fixed_rollout(s, reward_fn, rollout_jit)
-    update, opt_state = _update_fn(s.cfg, s.gcfg, tx), tx.init(s.params)
-    update_fn = lambda: jax.block_until_ready(update(s.params, opt_state, *rollout))
+    scored = scored_rollout(s, reward_fn, rollout_fn())
+    # make_step's own update (the KL's reference is the params themselves: same cost).
+    update = jax.jit(functools.partial(grpo.update, s.cfg, tx, s.gcfg))
+    opt_state = tx.init(s.params)
+    update_fn = lambda: jax.block_until_ready(update(s.params, opt_state, scored, s.params))
     step = jax.jit(grpo.make_step(s.cfg, tx, reward_fn, s.gcfg))
-    state = TrainState(jnp.int32(0), jax.random.PRNGKey(0), s.params, opt_state)
+    extra = {"reference": s.params}
+    state = TrainState(jnp.int32(0), jax.random.PRNGKey(0), s.params, opt_state, extra)
     batch = jax.tree.map(jnp.asarray, s.batch)
     step_fn = lambda: jax.block_until_ready(step(state, batch, rng=jax.random.key(1)))
     rollout_s, update_s = median_seconds(rollout_fn, repeats), median_seconds(update_fn, repeats)

@@ -48,9 +48,11 @@ BRIER_GAP = 0.02
 ECE_RATIO = 1 / 3
 # "Near 0.5": the repo's RLVR rows have AUROC 0.50 with q fixed near 1.
 AUROC_BAND = 0.1
-# The reduced run's claim: from the warm start's uniform confidences (ECE ~0.45 at chance
-# accuracy) the Brier term must remove at least a third of the miscalibration.
-ECE_DROP = 0.15
+# The reduced run's claim, on the expected stated confidence: the warm start's is ~0.5 for
+# every question at accuracy ~0.73 (ECE 0.26); QUICK's 40 RLCR steps measured 0.137 lower
+# (2026-11-30) and the same 40 steps of RLVR 0.02 higher. 0.1 asks for 40 % of the start's
+# miscalibration removed.
+ECE_DROP = 0.1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """GRPO machinery: advantages, weights, aggregation, clipping, KL, phases, a learned bandit."""
 
+import dataclasses
 import functools
 
 import jax
@@ -224,3 +225,23 @@ def test_phased_runs_each_phase_with_its_own_optimizer_state():
     assert np.isnan(history[0]["m10.0"]) and history[0]["m1.0"] == 1.0
     with pytest.raises(ConfigError, match="only the last"):
         phased([(None, constant_step(1.0)), (3, constant_step(2.0))])
+
+
+def test_later_ppo_epochs_see_the_sampling_policy_as_old_and_clip():
+    gcfg = grpo.GRPOConfig(group_size=4, max_new_tokens=4, eos_id=EOS, ppo_epochs=3)
+    prompt_BP, mask_BP = prompts(2)
+    params = params_for()
+    prompt_RP, mask_RP, out = grpo.rollout(
+        CFG, params, prompt_BP, mask_BP, rng=jax.random.key(3), gcfg=gcfg
+    )
+    adv_R = jnp.array([1.0, -1.0, 0.5, -0.5] * 2)
+    scored = grpo.Scored(prompt_RP, mask_RP, out.tokens_BN, out.mask_BN, adv_R, out.mask_BN * 1.0)
+    tx = optax.sgd(50.0)  # big steps: the ratio leaves [0.8, 1.2] after the first epoch
+    _, _, last = grpo.update(CFG, tx, gcfg, params, tx.init(params), scored)
+    _, _, first = grpo.update(
+        CFG, tx, dataclasses.replace(gcfg, ppo_epochs=1), params, tx.init(params), scored
+    )
+    assert float(first["clip_fraction"]) == 0.0  # one epoch: ratio exactly 1
+    assert float(last["clip_fraction"]) > 0.0
+    with pytest.raises(ConfigError, match="needs the reference"):
+        grpo.update(CFG, tx, dataclasses.replace(gcfg, kl_beta=0.1), params, (), scored)

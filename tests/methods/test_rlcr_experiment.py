@@ -1,0 +1,44 @@
+"""RLCR through core.train (warm start, then GRPO) and the experiment's reduced run."""
+
+import math
+import os
+
+import numpy as np
+
+import methods
+from configs import rlcr as rlcr_config
+from core import train
+from methods.rlcr import experiment
+
+
+def test_warm_start_then_grpo_under_a_data_parallel_mesh(tmp_path):
+    config = rlcr_config.get_config("mesh=cpu,size=smoke")  # 8 devices, 8 prompts x 4
+    config.train.eval_every = -1
+    config.train.steps = 3  # warm start 1 step, GRPO 2
+    result = train.run(config, methods.make(config), str(tmp_path))
+    rows = [r for r in result.history if "phase" in r]
+    assert [r["phase"] for r in rows] == [0, 1, 1]
+    # The logger leaves out the other phase's (NaN-padded) metrics.
+    assert "reward" not in rows[0] and "format_token_prob" in rows[0]
+    for r in rows[1:]:
+        assert "format_token_prob" not in r
+        assert 0 <= r["format_rate"] <= 1 and math.isfinite(r["loss"])
+        assert r["num_tokens"] == r["completion_length"] * 8 * 4
+    # Each phase has its own optimiser state: the warm start's Adam counted 1 step, GRPO's 2.
+    counts = [int(s[0].count) for s in result.state.opt_state]
+    assert counts == [1, 2], counts
+
+
+def test_reduced_rlcr_run_calibrates_the_stated_confidence(tmp_path):
+    report = experiment.run(str(tmp_path), quick=True)
+    (drop,) = report.claims
+    # The claim's margin (experiment.ECE_DROP) is the assertion; see the module for its basis.
+    assert drop.holds, (drop.measured, report.notes)
+    table = report.metrics["table"]
+    start = table["start"]["in_domain"]["verbalized_mean"]
+    rlcr = table["rlcr"]["in_domain"]["verbalized_mean"]
+    assert rlcr["ece"] < start["ece"]
+    for arm in ("start", "rlvr", "rlcr"):
+        assert table[arm]["in_domain"]["format"] > 0.95  # the warm start taught the format
+    assert os.path.getsize(report.figures[0]) > 1000
+    assert np.isfinite(table["rlvr"]["in_domain"]["probe"]["ece"])
