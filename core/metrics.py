@@ -3,8 +3,9 @@
 `push(step, metrics)` takes the device metrics of the step just dispatched and only then reads
 the previous step's (whose computation has finished or nearly so), so logging never stalls the
 device pipeline. Every step's loss is checked: a non-finite value stops the run with an error
-naming the step. Any other metric that is NaN is left out of the step's row: NaN is how a step
-says "not measured at this step" (`core.steps.phased` fills another phase's keys with it).
+naming the step. Any other metric that is NaN, of a step or an evaluation, is left out of the
+row: NaN is how a step says "not measured at this step" (`core.steps.phased` fills another
+phase's keys with it) and how a metric says "undefined here" (an AUROC over one class).
 """
 
 import json
@@ -79,7 +80,8 @@ class MetricsLogger:
             self._file.flush()
 
     def log_eval(self, step: int, metrics: dict[str, Any]) -> None:
-        row = {"step": step, **{f"eval/{k}": v for k, v in to_host(metrics).items()}}
+        values = {k: v for k, v in to_host(metrics).items() if not math.isnan(v)}
+        row = {"step": step, **{f"eval/{k}": v for k, v in values.items()}}
         self.history.append(row)
         if self.write:
             self._write(row)

@@ -116,6 +116,8 @@ def test_logger_leaves_out_nan_metrics_but_stops_on_a_nan_loss(tmp_path):
     logger.flush()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert "reward" not in rows[0] and rows[1]["reward"] == 2.0
+    logger.log_eval(2, {"auroc": float("nan"), "accuracy": 1.0})  # AUROC of one class
+    assert logger.history[-1] == {"step": 2, "eval/accuracy": 1.0}
     assert "nan" not in stream.getvalue()
     logger.push(3, {"loss": float("nan")})
     with pytest.raises(NonFiniteLossError, match="at step 3"):
