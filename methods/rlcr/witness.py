@@ -12,7 +12,7 @@ witness names keep n_d = 0 and share the remaining mass.
     prompt     [BOS, rho_tok, w_1 .. w_m, SEP], LEFT-padded with PAD to 3 + max_witnesses
     completion [free tokens ..., ANS, digit, free tokens ..., CONF, conf_tok, EOS]
 
-Data (`sample`, `format_completions`, `sft_batch`, `bayes_summary`) is numpy on the host;
+Data (`sample`, `bayes_summary`) is numpy on the host;
 `parse` is jittable; `posterior`, `answer_posterior` and `confidence_token` return numpy for
 numpy inputs (float64 stays exact) and jnp for jax inputs (jittable).
 """
@@ -203,34 +203,3 @@ def parse(tokens_BN, mask_BN):
         & (conf_B + 2 == eos_B)  # nothing between the confidence token and EOS
     )
     return ok_B, jnp.where(ok_B, digit_B, -1), jnp.where(ok_B, q_B, 0.0)
-
-
-def format_completions(rng: np.random.Generator, n: int):
-    """Canonical completions with a uniform digit and uniform confidence: format only, no signal."""
-    completion_n5 = np.empty((n, COMPLETION_LEN), np.int32)
-    completion_n5[:, 0], completion_n5[:, 2], completion_n5[:, 4] = ANS, CONF, EOS
-    completion_n5[:, 1] = DIGIT0 + rng.integers(0, NUM_DIGITS, n)
-    completion_n5[:, 3] = CONF0 + rng.integers(0, len(CONF_VALUES), n)
-    return completion_n5
-
-
-def sft_batch(rng: np.random.Generator, n: int, family: Family) -> dict:
-    """Teacher-forced format warm-start batch: left-padded prompt + random canonical completion.
-
-    inputs/targets are seq[:, :-1] / seq[:, 1:]; mask is True exactly where the target is a
-    completion token; positions and key_mask are what `transformer.apply` wants for left pads.
-    """
-    data = sample(rng, n, family)
-    seq_nT = np.concatenate([data["prompt"], format_completions(rng, n)], axis=1)
-    real_nT = np.concatenate([data["prompt_mask"], np.ones((n, COMPLETION_LEN), bool)], axis=1)
-    key_mask_nT = real_nT[:, :-1]
-    mask_nT = np.zeros_like(key_mask_nT)
-    mask_nT[:, -COMPLETION_LEN:] = True
-    positions_nT = np.maximum(np.cumsum(key_mask_nT, axis=1) - 1, 0)
-    return {
-        "inputs": seq_nT[:, :-1],
-        "targets": seq_nT[:, 1:],
-        "mask": mask_nT,
-        "positions": positions_nT.astype(np.int32),
-        "key_mask": key_mask_nT,
-    }
