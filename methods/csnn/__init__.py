@@ -1,0 +1,1 @@
+"""Cooperative sheaf neural networks (paper 15), in progress."""
