@@ -1,0 +1,267 @@
+"""CSNN (Cooperative Sheaf Neural Network) and its GCN / SAGE / NSD-style baselines as pure
+functions on param pytrees.
+
+    cfg = ModelConfig(kind="csnn", in_features=10, out_features=1, hidden=16, stalk=3)
+    params = init(cfg, key)
+    logits_NO = apply(cfg, params, (x_NF, senders_E, receivers_E), rng=key, train=True)
+    loss = binary_loss(cfg, params, graph_arrays, y_N, mask_N, rng=key)
+
+CSNN (as the official model.py): lin1 in -> C d, GELU, reshape x_NDC; L layers of
+    (T, cT) = conformal_maps(phi_T(vec x)), (S, cS) = conformal_maps(phi_S(vec x))
+    Z = B(A(W_L X W_R))           (A only when single_operator)
+    x <- (1 + tanh eps) x - GELU(dropout(Z))      [optional LayerNorm over d C]
+then a linear readout from the flattened d C. Edge lists hold both directions, sorted by
+receiver (see methods/csnn/data.py).
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from methods.csnn import graph_ops, sheaf
+
+KINDS = ("csnn", "gcn", "sage", "nsd")
+LEARNER_HIDDEN = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """kind: "csnn" | "gcn" | "sage" | "nsd". hidden = C channels; stalk = d (csnn and nsd).
+    learner: "mlp" (2 layers on vec x_i) or "sage" (2 sage_layers) for CSNN's map learners.
+    CSNN ablations: source_equals_target (one learner, S_i = T_i), conformal (False: c = 1),
+    single_operator (A only, not B(A(.)))."""
+
+    kind: str = "csnn"
+    in_features: int = 10
+    out_features: int = 1
+    hidden: int = 16
+    stalk: int = 3
+    num_layers: int = 3
+    dropout: float = 0.0
+    learner: str = "mlp"
+    layer_norm: bool = False
+    source_equals_target: bool = False
+    conformal: bool = True
+    single_operator: bool = False
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"ModelConfig.kind={self.kind!r}, expected one of {KINDS}")
+        if self.learner not in ("mlp", "sage"):
+            raise ValueError(f"ModelConfig.learner={self.learner!r}, expected 'mlp' or 'sage'")
+
+    @property
+    def width(self) -> int:
+        """Flattened node-state width: d C for the sheaf models, C for GCN / SAGE."""
+        return self.stalk * self.hidden if self.kind in ("csnn", "nsd") else self.hidden
+
+
+# --- small building blocks -------------------------------------------------------------------
+
+
+def _init_dense(key, fan_in: int, fan_out: int) -> dict:
+    w = jax.nn.initializers.glorot_uniform()(key, (fan_in, fan_out), jnp.float32)
+    return {"w": w, "b": jnp.zeros((fan_out,), jnp.float32)}
+
+
+def _dense(params: dict, x_NF):
+    return x_NF @ params["w"] + params["b"]
+
+
+def _dropout(x, rate: float, rng):
+    """Inverted dropout; identity when rng is None (eval) or rate is 0."""
+    if rng is None or rate == 0.0:
+        return x
+    keep = jax.random.bernoulli(rng, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0.0)
+
+
+def _layer_norm(params: dict, x_NF, eps: float = 1e-5):
+    mean_N1 = x_NF.mean(-1, keepdims=True)
+    var_N1 = x_NF.var(-1, keepdims=True)
+    return (x_NF - mean_N1) * jax.lax.rsqrt(var_N1 + eps) * params["scale"] + params["bias"]
+
+
+def _init_layer_norm(width: int) -> dict:
+    return {"scale": jnp.ones((width,), jnp.float32), "bias": jnp.zeros((width,), jnp.float32)}
+
+
+def _init_mixing(key, d: int, c: int) -> dict:
+    """W_L = I (d x d), W_R orthogonal (C x C), eps = 0 [d, 1]: a layer starts as x - GELU(Z)."""
+    return {
+        "w_left": jnp.eye(d, dtype=jnp.float32),
+        "w_right": jax.nn.initializers.orthogonal()(key, (c, c), jnp.float32),
+        "eps": jnp.zeros((d, 1), jnp.float32),
+    }
+
+
+def _mix(params: dict, x_NDC):
+    """X_i <- W_L X_i W_R, no bias."""
+    return jnp.einsum("ij,njc,ck->nik", params["w_left"], x_NDC, params["w_right"])
+
+
+def _residual_update(cfg, params: dict, x_NDC, z_NDC, rng):
+    """x <- (1 + tanh eps) x - GELU(dropout(Z)), then the optional LayerNorm over d C."""
+    x_NDC = (1.0 + jnp.tanh(params["eps"])) * x_NDC - jax.nn.gelu(_dropout(z_NDC, cfg.dropout, rng))
+    if not cfg.layer_norm:
+        return x_NDC
+    n, d, c = x_NDC.shape
+    return _layer_norm(params["ln"], x_NDC.reshape(n, d * c)).reshape(n, d, c)
+
+
+# --- CSNN ------------------------------------------------------------------------------------
+
+
+def _init_learner(cfg, key) -> dict:
+    k1, k2 = jax.random.split(key)
+    out = sheaf.num_map_params(cfg.stalk, cfg.conformal)
+    if cfg.learner == "sage":
+        return {
+            "l1": graph_ops.init_sage(k1, cfg.width, LEARNER_HIDDEN),
+            "l2": graph_ops.init_sage(k2, LEARNER_HIDDEN, out),
+        }
+    return {
+        "l1": _init_dense(k1, cfg.width, LEARNER_HIDDEN),
+        "l2": _init_dense(k2, LEARNER_HIDDEN, out),
+    }
+
+
+def _learner(cfg, params: dict, x_NF, senders_E, receivers_E):
+    """Raw map parameters [N, K] from vec(x_i) (MLP) or from a 2-layer SAGE stack."""
+    if cfg.learner == "sage":
+        n = x_NF.shape[0]
+        h_NH = jax.nn.gelu(graph_ops.sage_layer(params["l1"], x_NF, senders_E, receivers_E, n))
+        return graph_ops.sage_layer(params["l2"], h_NH, senders_E, receivers_E, n)
+    return _dense(params["l2"], jax.nn.gelu(_dense(params["l1"], x_NF)))
+
+
+def _init_csnn_layer(cfg, key) -> dict:
+    k_t, k_s, k_mix = jax.random.split(key, 3)
+    layer = {"phi_t": _init_learner(cfg, k_t), **_init_mixing(k_mix, cfg.stalk, cfg.hidden)}
+    if not cfg.source_equals_target:
+        layer["phi_s"] = _init_learner(cfg, k_s)
+    if cfg.layer_norm:
+        layer["ln"] = _init_layer_norm(cfg.width)
+    return layer
+
+
+def csnn_maps(cfg, layer: dict, x_NDC, senders_E, receivers_E):
+    """(T_NDD, S_NDD, cT_N, cS_N) of one CSNN layer; S = T under source_equals_target."""
+    n = x_NDC.shape[0]
+    vec_NF = x_NDC.reshape(n, -1)
+    raw_t = _learner(cfg, layer["phi_t"], vec_NF, senders_E, receivers_E)
+    T_NDD, cT_N = sheaf.conformal_maps(raw_t, cfg.stalk, cfg.conformal)
+    if cfg.source_equals_target:
+        return T_NDD, T_NDD, cT_N, cT_N
+    raw_s = _learner(cfg, layer["phi_s"], vec_NF, senders_E, receivers_E)
+    S_NDD, cS_N = sheaf.conformal_maps(raw_s, cfg.stalk, cfg.conformal)
+    return T_NDD, S_NDD, cT_N, cS_N
+
+
+def csnn_layer(cfg, layer: dict, x_NDC, senders_E, receivers_E, rng=None):
+    """One CSNN layer on x_NDC [N, d, C]."""
+    T_NDD, S_NDD, cT_N, cS_N = csnn_maps(cfg, layer, x_NDC, senders_E, receivers_E)
+    mixed_NDC = _mix(layer, x_NDC)
+    if cfg.single_operator:
+        z_NDC = sheaf.operator_a(mixed_NDC, T_NDD, S_NDD, cT_N, senders_E, receivers_E)
+    else:
+        z_NDC = sheaf.diffusion(mixed_NDC, T_NDD, S_NDD, cT_N, cS_N, senders_E, receivers_E)
+    return _residual_update(cfg, layer, x_NDC, z_NDC, rng)
+
+
+# --- NSD-style baseline (general maps) -------------------------------------------------------
+
+
+def _init_nsd_layer(cfg, key) -> dict:
+    k1, k2, k_mix = jax.random.split(key, 3)
+    d = cfg.stalk
+    layer = {
+        "map_l1": _init_dense(k1, 2 * cfg.width, LEARNER_HIDDEN),
+        "map_l2": _init_dense(k2, LEARNER_HIDDEN, d * d),
+        **_init_mixing(k_mix, d, cfg.hidden),
+    }
+    if cfg.layer_norm:
+        layer["ln"] = _init_layer_norm(cfg.width)
+    return layer
+
+
+def nsd_maps(cfg, layer: dict, x_NDC, senders_E, receivers_E):
+    """(F_src_EDD, F_dst_EDD) for edge e = (j -> i): F_{i<e} = MLP(x_i, x_j) and F_{j<e} =
+    MLP(x_j, x_i); the reverse edge gets the same pair swapped, as nsd_laplacian_apply needs."""
+    n, d = x_NDC.shape[:2]
+    vec_NF = x_NDC.reshape(n, -1)
+    x_dst_EF, x_src_EF = vec_NF[receivers_E], vec_NF[senders_E]
+
+    def edge_mlp(a_EF, b_EF):
+        h_EH = jax.nn.gelu(_dense(layer["map_l1"], jnp.concatenate([a_EF, b_EF], -1)))
+        return _dense(layer["map_l2"], h_EH).reshape(-1, d, d)
+
+    return edge_mlp(x_src_EF, x_dst_EF), edge_mlp(x_dst_EF, x_src_EF)
+
+
+def nsd_layer(cfg, layer: dict, x_NDC, senders_E, receivers_E, rng=None):
+    """NSD-style (general maps): x <- (1 + tanh eps) x - GELU(dropout(Delta W_L X W_R))."""
+    F_src_EDD, F_dst_EDD = nsd_maps(cfg, layer, x_NDC, senders_E, receivers_E)
+    delta_NDC = sheaf.nsd_laplacian_apply(
+        _mix(layer, x_NDC), F_src_EDD, F_dst_EDD, senders_E, receivers_E
+    )
+    return _residual_update(cfg, layer, x_NDC, delta_NDC, rng)
+
+
+# --- whole models ----------------------------------------------------------------------------
+
+
+def _init_layer(cfg, key) -> dict:
+    if cfg.kind == "csnn":
+        return _init_csnn_layer(cfg, key)
+    if cfg.kind == "nsd":
+        return _init_nsd_layer(cfg, key)
+    init_fn = graph_ops.init_gcn if cfg.kind == "gcn" else graph_ops.init_sage
+    return init_fn(key, cfg.hidden, cfg.hidden)
+
+
+def init(cfg: ModelConfig, key) -> dict:
+    """{"lin_in": dense in -> width, "layers": [per-layer dicts], "readout": dense width -> out}."""
+    k_in, k_out, *k_layers = jax.random.split(key, cfg.num_layers + 2)
+    return {
+        "lin_in": _init_dense(k_in, cfg.in_features, cfg.width),
+        "layers": [_init_layer(cfg, k) for k in k_layers],
+        "readout": _init_dense(k_out, cfg.width, cfg.out_features),
+    }
+
+
+def _apply_layer(cfg, layer, x, senders_E, receivers_E, rng):
+    """x is x_NDC for the sheaf models and x_NC for GCN / SAGE (residual x + GELU(layer x))."""
+    if cfg.kind == "csnn":
+        return csnn_layer(cfg, layer, x, senders_E, receivers_E, rng)
+    if cfg.kind == "nsd":
+        return nsd_layer(cfg, layer, x, senders_E, receivers_E, rng)
+    layer_fn = graph_ops.gcn_layer if cfg.kind == "gcn" else graph_ops.sage_layer
+    h_NC = layer_fn(layer, x, senders_E, receivers_E, x.shape[0])
+    return x + jax.nn.gelu(_dropout(h_NC, cfg.dropout, rng))
+
+
+def apply(cfg: ModelConfig, params: dict, graph_arrays, *, rng=None, train: bool = False):
+    """Logits [N, out_features]; graph_arrays = (x_NF, senders_E, receivers_E). Dropout only
+    when train and rng is given."""
+    x_NF, senders_E, receivers_E = graph_arrays
+    n = x_NF.shape[0]
+    rngs = [None] * cfg.num_layers
+    if train and rng is not None:
+        rngs = list(jax.random.split(rng, cfg.num_layers))
+    h = jax.nn.gelu(_dense(params["lin_in"], x_NF))
+    if cfg.kind in ("csnn", "nsd"):
+        h = h.reshape(n, cfg.stalk, cfg.hidden)  # as the official x.view(N d, C)
+    for layer, layer_rng in zip(params["layers"], rngs, strict=True):
+        h = _apply_layer(cfg, layer, h, senders_E, receivers_E, layer_rng)
+    return _dense(params["readout"], h.reshape(n, -1))
+
+
+def binary_loss(cfg: ModelConfig, params: dict, graph_arrays, y_N, mask_N, *, rng=None):
+    """Mean sigmoid BCE over masked nodes of the single logit (out_features = 1); train mode."""
+    logits_N = apply(cfg, params, graph_arrays, rng=rng, train=True)[:, 0]
+    bce_N = optax.sigmoid_binary_cross_entropy(logits_N, y_N.astype(logits_N.dtype))
+    mask_N = mask_N.astype(logits_N.dtype)
+    return jnp.sum(bce_N * mask_N) / jnp.maximum(jnp.sum(mask_N), 1.0)

@@ -1,0 +1,160 @@
+"""CSNN model (methods/csnn/model.py): every kind and ablation runs with finite logits and
+gradients, permutation equivariance, the ablation flags change the computation, and a short
+Minesweeper training run comparing CSNN with GCN by test AUROC."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from methods.csnn import data, model
+
+SMALL = dict(in_features=10, out_features=1, hidden=4, stalk=3, num_layers=2, dropout=0.1)
+CONFIGS = {
+    "csnn": model.ModelConfig(kind="csnn", **SMALL),
+    "csnn_sage_learner": model.ModelConfig(kind="csnn", learner="sage", **SMALL),
+    "csnn_layer_norm": model.ModelConfig(kind="csnn", layer_norm=True, **SMALL),
+    "csnn_source_equals_target": model.ModelConfig(kind="csnn", source_equals_target=True, **SMALL),
+    "csnn_not_conformal": model.ModelConfig(kind="csnn", conformal=False, **SMALL),
+    "csnn_single_operator": model.ModelConfig(kind="csnn", single_operator=True, **SMALL),
+    "gcn": model.ModelConfig(kind="gcn", **SMALL),
+    "sage": model.ModelConfig(kind="sage", **SMALL),
+    "nsd": model.ModelConfig(kind="nsd", **SMALL),
+}
+
+
+def _arrays(graph):
+    return tuple(jnp.asarray(a) for a in (graph.x_NF, graph.senders_E, graph.receivers_E))
+
+
+SMALL_GRAPH = data.minesweeper(seed=0, side=10)
+SMALL_ARRAYS = _arrays(SMALL_GRAPH)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_init_apply_and_grads_finite(name):
+    cfg = CONFIGS[name]
+    params = model.init(cfg, jax.random.PRNGKey(0))
+    logits_NO = model.apply(cfg, params, SMALL_ARRAYS)
+    assert logits_NO.shape == (SMALL_GRAPH.num_nodes, 1)
+    assert np.all(np.isfinite(logits_NO))
+    y_N = jnp.asarray(SMALL_GRAPH.y_N)
+    mask_N = jnp.arange(SMALL_GRAPH.num_nodes) % 2 == 0
+    loss_fn = lambda p: model.binary_loss(
+        cfg, p, SMALL_ARRAYS, y_N, mask_N, rng=jax.random.PRNGKey(1)
+    )
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    assert np.isfinite(loss)
+    for path, g in jax.tree_util.tree_leaves_with_path(grads):
+        name_ = jax.tree_util.keystr(path)
+        assert np.all(np.isfinite(g)), name_
+        # Every leaf trains: a leaf the forward pass silently skips would have a zero gradient.
+        assert np.abs(g).max() > 0, name_
+
+
+def test_dropout_only_in_train_with_rng():
+    cfg = CONFIGS["csnn"]
+    params = model.init(cfg, jax.random.PRNGKey(0))
+    base = model.apply(cfg, params, SMALL_ARRAYS)
+    rng = jax.random.PRNGKey(3)
+    np.testing.assert_array_equal(base, model.apply(cfg, params, SMALL_ARRAYS, rng=rng))
+    np.testing.assert_array_equal(base, model.apply(cfg, params, SMALL_ARRAYS, train=True))
+    dropped = model.apply(cfg, params, SMALL_ARRAYS, rng=rng, train=True)
+    assert np.abs(dropped - base).max() > 1e-4
+
+
+def _permuted(arrays, perm_N):
+    """Node k of the new graph is node perm_N[k] of the old; edges relabelled, re-sorted."""
+    x_NF, senders_E, receivers_E = (np.asarray(a) for a in arrays)
+    inv_N = np.argsort(perm_N)
+    s_E, r_E = inv_N[senders_E], inv_N[receivers_E]
+    order_E = np.lexsort((s_E, r_E))  # by receiver, then sender
+    return tuple(jnp.asarray(a) for a in (x_NF[perm_N], s_E[order_E], r_E[order_E]))
+
+
+@pytest.mark.parametrize("name", ["csnn", "gcn"])
+def test_permutation_equivariance(name):
+    cfg = CONFIGS[name]
+    params = model.init(cfg, jax.random.PRNGKey(0))
+    perm_N = np.random.default_rng(0).permutation(SMALL_GRAPH.num_nodes)
+    out_NO = model.apply(cfg, params, SMALL_ARRAYS)
+    out_perm_NO = model.apply(cfg, params, _permuted(SMALL_ARRAYS, perm_N))
+    np.testing.assert_allclose(out_perm_NO, out_NO[perm_N], atol=1e-5, rtol=1e-5)
+    # Not vacuous: the logits vary across nodes.
+    assert np.std(np.asarray(out_NO)) > 1e-3
+
+
+def _first_layer_state(cfg, params):
+    x_NF, senders_E, receivers_E = SMALL_ARRAYS
+    h_NC = jax.nn.gelu(x_NF @ params["lin_in"]["w"] + params["lin_in"]["b"])
+    return h_NC.reshape(-1, cfg.stalk, cfg.hidden), senders_E, receivers_E
+
+
+def test_source_equals_target_ties_maps():
+    cfg = CONFIGS["csnn_source_equals_target"]
+    params = model.init(cfg, jax.random.PRNGKey(0))
+    assert "phi_s" not in params["layers"][0]
+    x_NDC, s_E, r_E = _first_layer_state(cfg, params)
+    T_NDD, S_NDD, cT_N, cS_N = model.csnn_maps(cfg, params["layers"][0], x_NDC, s_E, r_E)
+    np.testing.assert_array_equal(T_NDD, S_NDD)
+    np.testing.assert_array_equal(cT_N, cS_N)
+    # The default config, same params, has distinct learners hence distinct maps.
+    full = model.init(CONFIGS["csnn"], jax.random.PRNGKey(0))
+    T_NDD, S_NDD, _, _ = model.csnn_maps(CONFIGS["csnn"], full["layers"][0], x_NDC, s_E, r_E)
+    assert np.abs(T_NDD - S_NDD).max() > 1e-3
+
+
+def test_single_operator_and_conformal_change_output():
+    base_cfg = CONFIGS["csnn"]
+    params = model.init(base_cfg, jax.random.PRNGKey(0))
+    base = model.apply(base_cfg, params, SMALL_ARRAYS)
+    single = model.apply(CONFIGS["csnn_single_operator"], params, SMALL_ARRAYS)
+    assert np.abs(single - base).max() > 1e-4
+    # conformal=False: c = 1 for every node, and one fewer learner output.
+    cfg = CONFIGS["csnn_not_conformal"]
+    params_nc = model.init(cfg, jax.random.PRNGKey(0))
+    x_NDC, s_E, r_E = _first_layer_state(cfg, params_nc)
+    _, _, cT_N, cS_N = model.csnn_maps(cfg, params_nc["layers"][0], x_NDC, s_E, r_E)
+    np.testing.assert_array_equal(cT_N, 1.0)
+    np.testing.assert_array_equal(cS_N, 1.0)
+    _, _, cT_N, _ = model.csnn_maps(base_cfg, params["layers"][0], x_NDC, s_E, r_E)
+    assert np.abs(cT_N - 1.0).max() > 1e-3
+
+
+def _train_auroc(cfg, graph, train_idx, test_idx, steps=300, lr=3e-3):
+    arrays = _arrays(graph)
+    y_N = jnp.asarray(graph.y_N)
+    mask_N = jnp.zeros(graph.num_nodes, bool).at[train_idx].set(True)
+    opt = optax.adam(lr)
+    params = model.init(cfg, jax.random.PRNGKey(0))
+    opt_state = opt.init(params)
+
+    @jax.jit
+    def step(params, opt_state, rng):
+        grads = jax.grad(model.binary_loss, argnums=1)(cfg, params, arrays, y_N, mask_N, rng=rng)
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    for i in range(steps):
+        params, opt_state = step(params, opt_state, jax.random.PRNGKey(i))
+    logits_N = np.asarray(model.apply(cfg, params, arrays)[:, 0])
+    return roc_auc_score(graph.y_N[test_idx], logits_N[test_idx])
+
+
+def test_minesweeper_csnn_vs_gcn():
+    graph = data.minesweeper(seed=0, side=20)
+    train_idx, _, test_idx = data.splits(graph.num_nodes, seed=0)
+    common = dict(in_features=10, out_features=1, hidden=16, num_layers=3, dropout=0.0)
+    csnn_cfg = model.ModelConfig(kind="csnn", stalk=3, **common)
+    gcn_cfg = dataclasses.replace(csnn_cfg, kind="gcn")
+    auc_csnn = _train_auroc(csnn_cfg, graph, train_idx, test_idx)
+    auc_gcn = _train_auroc(gcn_cfg, graph, train_idx, test_idx)
+    print(f"minesweeper side=20 test AUROC: csnn={auc_csnn:.4f} gcn={auc_gcn:.4f}")
+    # Measured (CPU, this conftest's 8 devices): csnn 0.677, gcn 0.818; as a plain script
+    # (1 device, other float sum order) csnn 0.778, gcn 0.818. CSNN reaches train AUROC 1.0:
+    # it overfits 200 training nodes. It does not beat GCN here, so no ordering is asserted.
+    assert auc_csnn > 0.5 and auc_gcn > 0.5
