@@ -62,7 +62,7 @@ def _greedy(cfg, params, prompt_BP, prompt_mask_BP):
     format_ok_B, answer_B, q_B = witness.parse(out.tokens_BN, out.mask_BN)
     # The answer digit sits right after the last ANS; greedy log-probs are at temperature 1.
     is_ans_BN = (out.tokens_BN == witness.ANS) & out.mask_BN
-    ans_pos_B = jnp.max(jnp.where(is_ans_BN, jnp.arange(out.tokens_BN.shape[1]), -1), axis=1) + 1
+    ans_pos_B = witness.last_index(is_ans_BN) + 1
     ans_pos_B = jnp.clip(ans_pos_B, 0, out.tokens_BN.shape[1] - 1)
     ans_logp_B = jnp.take_along_axis(out.logprobs_BN, ans_pos_B[:, None], axis=1)[:, 0]
     seq_BT = jnp.concatenate([prompt_BP, out.tokens_BN], axis=1)
@@ -75,7 +75,7 @@ def _greedy(cfg, params, prompt_BP, prompt_mask_BP):
     hidden_BD = at(transformer.features(cfg, params, seq_BT, **teacher), P + ans_pos_B)
     # The policy's distribution over confidence tokens where it states one (input: CONF).
     is_conf_BN = (out.tokens_BN == witness.CONF) & out.mask_BN
-    conf_pos_B = jnp.max(jnp.where(is_conf_BN, jnp.arange(out.tokens_BN.shape[1]), -1), axis=1)
+    conf_pos_B = witness.last_index(is_conf_BN)
     logits_BV = at(transformer.apply(cfg, params, seq_BT, **teacher)[0], P + conf_pos_B)
     conf_probs_BK = jax.nn.softmax(logits_BV[:, witness.CONF0 :], axis=-1)
     mean_q_B = conf_probs_BK @ jnp.asarray(witness.CONF_VALUES, jnp.float32)

@@ -166,7 +166,7 @@ def bayes_summary(counts_B10, rho_B) -> dict:
     }
 
 
-def _last_index(hit_BN):
+def last_index(hit_BN):
     """Index of the last True per row, -1 if none."""
     return jnp.max(jnp.where(hit_BN, jnp.arange(hit_BN.shape[1]), -1), axis=1)
 
@@ -190,8 +190,8 @@ def parse(tokens_BN, mask_BN):
     has_eos_B = is_eos_BN.any(1)
     eos_B = jnp.argmax(is_eos_BN, axis=1)  # first EOS
     before_eos_BN = jnp.arange(tokens_BN.shape[1])[None, :] < eos_B[:, None]
-    ans_B = _last_index(before_eos_BN & (tokens_BN == ANS))
-    conf_B = _last_index(before_eos_BN & (tokens_BN == CONF))
+    ans_B = last_index(before_eos_BN & (tokens_BN == ANS))
+    conf_B = last_index(before_eos_BN & (tokens_BN == CONF))
     digit_B = jnp.asarray(DIGIT_OF_TOKEN)[_token_at(tokens_BN, ans_B + 1)]
     q_B = jnp.asarray(CONF_OF_TOKEN)[_token_at(tokens_BN, conf_B + 1)]
     ok_B = (
