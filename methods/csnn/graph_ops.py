@@ -31,12 +31,15 @@ def _glorot(key, fan_in: int, fan_out: int):
     return jax.random.uniform(key, (fan_in, fan_out), jnp.float32, -limit, limit)
 
 
-def init_gcn(key, in_features: int, out_features: int, bias: bool = True) -> dict:
-    """{"w": [F, H], "b": [H] (when bias)}."""
+def init_dense(key, in_features: int, out_features: int, bias: bool = True) -> dict:
+    """{"w": [F, H] glorot-uniform, "b": [H] zeros (when bias)}: a dense layer, and GCN's."""
     params = {"w": _glorot(key, in_features, out_features)}
     if bias:
         params["b"] = jnp.zeros((out_features,), jnp.float32)
     return params
+
+
+init_gcn = init_dense  # a GCN layer's parameters are one dense layer's
 
 
 def init_sage(key, in_features: int, out_features: int, bias: bool = True) -> dict:

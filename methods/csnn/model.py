@@ -61,11 +61,6 @@ class ModelConfig:
 # --- small building blocks -------------------------------------------------------------------
 
 
-def _init_dense(key, fan_in: int, fan_out: int) -> dict:
-    w = jax.nn.initializers.glorot_uniform()(key, (fan_in, fan_out), jnp.float32)
-    return {"w": w, "b": jnp.zeros((fan_out,), jnp.float32)}
-
-
 def _dense(params: dict, x_NF):
     return x_NF @ params["w"] + params["b"]
 
@@ -123,8 +118,8 @@ def _init_learner(cfg, key) -> dict:
             "l2": graph_ops.init_sage(k2, LEARNER_HIDDEN, out),
         }
     return {
-        "l1": _init_dense(k1, cfg.width, LEARNER_HIDDEN),
-        "l2": _init_dense(k2, LEARNER_HIDDEN, out),
+        "l1": graph_ops.init_dense(k1, cfg.width, LEARNER_HIDDEN),
+        "l2": graph_ops.init_dense(k2, LEARNER_HIDDEN, out),
     }
 
 
@@ -178,8 +173,8 @@ def _init_nsd_layer(cfg, key) -> dict:
     k1, k2, k_mix = jax.random.split(key, 3)
     d = cfg.stalk
     layer = {
-        "map_l1": _init_dense(k1, 2 * cfg.width, LEARNER_HIDDEN),
-        "map_l2": _init_dense(k2, LEARNER_HIDDEN, d * d),
+        "map_l1": graph_ops.init_dense(k1, 2 * cfg.width, LEARNER_HIDDEN),
+        "map_l2": graph_ops.init_dense(k2, LEARNER_HIDDEN, d * d),
         **_init_mixing(k_mix, d, cfg.hidden),
     }
     if cfg.layer_norm:
@@ -226,9 +221,9 @@ def init(cfg: ModelConfig, key) -> dict:
     """{"lin_in": dense in -> width, "layers": [per-layer dicts], "readout": dense width -> out}."""
     k_in, k_out, *k_layers = jax.random.split(key, cfg.num_layers + 2)
     return {
-        "lin_in": _init_dense(k_in, cfg.in_features, cfg.width),
+        "lin_in": graph_ops.init_dense(k_in, cfg.in_features, cfg.width),
         "layers": [_init_layer(cfg, k) for k in k_layers],
-        "readout": _init_dense(k_out, cfg.width, cfg.out_features),
+        "readout": graph_ops.init_dense(k_out, cfg.width, cfg.out_features),
     }
 
 

@@ -17,7 +17,6 @@ steps, then `core.grpo` (`core.steps.phased`), each phase with its own optimiser
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -120,9 +119,11 @@ def _with_reference_from(first_rl_step: int, rl_step):
     """The KL reference is the policy as RL starts (after the warm start), not the random init."""
 
     def step(state, batch, *, rng):
-        starting = state.step == first_rl_step
-        reference = jax.tree.map(
-            lambda r, p: jnp.where(starting, p, r), state.extra["reference"], state.params
+        # cond, not where: a copy only on the first RL step, not a select over every leaf.
+        reference = jax.lax.cond(
+            state.step == first_rl_step,
+            lambda: state.params,
+            lambda: state.extra["reference"],
         )
         return rl_step(state.replace(extra={**state.extra, "reference": reference}), batch, rng=rng)
 
