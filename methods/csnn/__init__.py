@@ -1,1 +1,140 @@
-"""Cooperative sheaf neural networks (paper 15), in progress."""
+"""Cooperative sheaf neural networks (paper 15, NOTES-c.md section 15).
+
+- `data.py`: offline graphs: Minesweeper (100 x 100 king grid) and its seeded 50/25/25 splits,
+  the barbell "other clique mean" regression, Tree-NeighborsMatch, jraph-style batching.
+- `sheaf.py`: Householder conformal maps and the two normalised directed sheaf operators as
+  edge-list segment sums; the NSD edge-map Laplacian. `graph_ops.py`: GCN and SAGE layers.
+- `model.py`: CSNN (map learners, W_L X W_R, B(A(.)), (1 + tanh eps) residual) and its
+  ablations; GCN / SAGE / NSD-style baselines in the same code.
+- `tasks.py`: each task's data, loss and batching (disjoint unions of same-shape graphs).
+- `experiment.py`: the paper's claims at CPU scale.
+- here: `make(config) -> Method` for `core.train`. Minesweeper trains full-batch: the batch is
+  the node set (x, y, train mask; leading dimension N, sharded over the mesh's data axes like any
+  batch, so each device holds its nodes and XLA gathers the senders' features), the edge lists
+  are constants of the step. Barbell and tree draw fresh graphs every step.
+
+    python -m launch.train --config=configs/csnn.py --workdir=/tmp/csnn
+    python -m launch.train --config=configs/csnn.py:task=tree,model=gcn --workdir=/tmp/tree
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core import data as core_data
+from core.errors import ConfigError
+from core.method import Method
+from methods.csnn import data, model, tasks
+
+EVAL_STREAM = (15, 15, 15)  # appended to the seed: evaluation graphs never seen in training
+
+
+def model_config(config, task: tasks.Task) -> model.ModelConfig:
+    """config.model's fields (every ModelConfig field but in/out_features, which the task sets)."""
+    fields = {f.name for f in dataclasses.fields(model.ModelConfig)}
+    given = config.model.to_dict()
+    unknown = sorted(set(given) - fields)
+    if unknown or "in_features" in given or "out_features" in given:
+        raise ConfigError(f"config.model has unknown fields {unknown}; expected some of {fields}")
+    return model.ModelConfig(in_features=task.in_features, out_features=task.out_features, **given)
+
+
+def _graph_batch(task: tasks.Task, batch: dict):
+    """Node features [B, N, F]: minesweeper's batch is its one graph's node set."""
+    return batch["x"] if task.example is not None else batch["x"][None]
+
+
+def make_loss(cfg: model.ModelConfig, task: tasks.Task):
+    def loss(params, batch, *, rng, extra):
+        del extra
+        out_BNO = tasks.forward(cfg, params, task, _graph_batch(task, batch), rng=rng, train=True)
+        return task.loss(out_BNO, batch)
+
+    return loss
+
+
+def minesweeper_dataset(split_name, *, shard, seed, graph, train_idx, batch_size: int):
+    """The whole node set as every step's batch (full-batch training; no shuffle)."""
+    del split_name
+    if batch_size != graph.num_nodes:
+        raise ConfigError(
+            f"train.batch_size={batch_size}: minesweeper trains full-batch; set it to the "
+            f"node count {graph.num_nodes}"
+        )
+    train_N = np.zeros(graph.num_nodes, bool)
+    train_N[train_idx] = True
+    arrays = {"x": graph.x_NF, "y": graph.y_N, "train": train_N}
+    return core_data.in_memory(
+        arrays, global_batch=batch_size, seed=seed, shard=shard, shuffle=False
+    )
+
+
+def graph_dataset(split_name, *, shard, seed, task, batch_size: int):
+    """Fresh graphs every step: example i of the stream is drawn from default_rng([seed, i])."""
+    del split_name
+    return core_data.synthetic(task.example, global_batch=batch_size, seed=seed, shard=shard)
+
+
+def eval_graphs(task: tasks.Task, seed: int, count: int) -> dict:
+    return tasks.stack_examples(task, np.random.default_rng([seed, *EVAL_STREAM]), count)
+
+
+def make_evaluate(cfg: model.ModelConfig, task: tasks.Task, config, graph=None, split=None):
+    """Host evaluation in eval mode (no dropout): minesweeper validation and test AUROC;
+    barbell test MSE (and the constant predictor's exact MSE beside it); tree accuracy."""
+    predict = jax.jit(lambda params, x_BNF: tasks.forward(cfg, params, task, x_BNF))
+    if task.name == "minesweeper":
+
+        def evaluate(state, *, seed):
+            del seed
+            score_N = np.asarray(predict(state.params, jnp.asarray(graph.x_NF)[None]))[0, :, 0]
+            _, val_idx, test_idx = split
+            return {
+                "val_auroc": tasks.auroc(graph.y_N[val_idx], score_N[val_idx]),
+                "test_auroc": tasks.auroc(graph.y_N[test_idx], score_N[test_idx]),
+            }
+
+        return evaluate
+
+    def evaluate(state, *, seed):
+        batch = eval_graphs(task, seed, config.data.eval_graphs)
+        out_BNO = predict(state.params, jnp.asarray(batch["x"]))
+        if task.name == "barbell":
+            mse = float(jnp.mean(jnp.square(out_BNO - batch["y"])))
+            baseline = data.constant_baseline_mse(6, 3, normalise=True)
+            return {"test_mse": mse, "constant_mse": baseline}
+        predicted_B = np.asarray(jnp.argmax(out_BNO[:, 0, :], -1))
+        return {"test_accuracy": float(np.mean(predicted_B == batch["y"]))}
+
+    return evaluate
+
+
+def make(config) -> Method:
+    d = config.data
+    if d.task == "minesweeper":
+        task, graph = tasks.minesweeper_task(d.graph_seed, d.side)
+        if not 0 <= d.split < d.num_splits:
+            raise ConfigError(f"data.split={d.split}: expected 0 <= split < {d.num_splits}")
+        split = data.minesweeper_splits(d.graph_seed, d.num_splits, d.side)[d.split]
+        dataset = lambda name, *, shard, seed: minesweeper_dataset(  # noqa: E731
+            name,
+            shard=shard,
+            seed=seed,
+            graph=graph,
+            train_idx=split[0],
+            batch_size=config.train.batch_size,
+        )
+    else:
+        task, graph, split = tasks.make_task(d.task, depth=d.depth), None, None
+        dataset = lambda name, *, shard, seed: graph_dataset(  # noqa: E731
+            name, shard=shard, seed=seed, task=task, batch_size=config.train.batch_size
+        )
+    cfg = model_config(config, task)
+    return Method(
+        init=lambda rng, batch_spec: {"params": model.init(cfg, rng)},
+        loss=make_loss(cfg, task),
+        dataset=dataset,
+        evaluate=make_evaluate(cfg, task, config, graph, split),
+    )

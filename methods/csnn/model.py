@@ -20,16 +20,21 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from core.errors import ConfigError
 from methods.csnn import graph_ops, sheaf
 
 KINDS = ("csnn", "gcn", "sage", "nsd")
-LEARNER_HIDDEN = 64
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """kind: "csnn" | "gcn" | "sage" | "nsd". hidden = C channels; stalk = d (csnn and nsd).
-    learner: "mlp" (2 layers on vec x_i) or "sage" (2 sage_layers) for CSNN's map learners.
+    learner: "mlp" (dense layers on vec x_i) or "sage" (sage_layers) for CSNN's map learners,
+    `learner_layers` deep and `learner_hidden` wide, GELU and dropout between layers (the
+    official Minesweeper run: SAGE, 5 x 64). dropout applies at each layer's input (so to the
+    map learners and the residual too, as the official CSNNConv) and to its update;
+    input_dropout to the raw features. left_weights=False fixes W_L = I (the official
+    Minesweeper run). layer_norm: LayerNorm after every layer, for every kind.
     CSNN ablations: source_equals_target (one learner, S_i = T_i), conformal (False: c = 1),
     single_operator (A only, not B(A(.)))."""
 
@@ -40,7 +45,11 @@ class ModelConfig:
     stalk: int = 3
     num_layers: int = 3
     dropout: float = 0.0
+    input_dropout: float = 0.0
     learner: str = "mlp"
+    learner_layers: int = 2
+    learner_hidden: int = 64
+    left_weights: bool = True
     layer_norm: bool = False
     source_equals_target: bool = False
     conformal: bool = True
@@ -48,9 +57,16 @@ class ModelConfig:
 
     def __post_init__(self):
         if self.kind not in KINDS:
-            raise ValueError(f"ModelConfig.kind={self.kind!r}, expected one of {KINDS}")
+            raise ConfigError(f"ModelConfig.kind={self.kind!r}, expected one of {KINDS}")
         if self.learner not in ("mlp", "sage"):
-            raise ValueError(f"ModelConfig.learner={self.learner!r}, expected 'mlp' or 'sage'")
+            raise ConfigError(f"ModelConfig.learner={self.learner!r}, expected 'mlp' or 'sage'")
+        for name in ("hidden", "stalk", "num_layers", "learner_layers", "learner_hidden"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"ModelConfig.{name}={value!r}, expected a positive int")
+        for name in ("dropout", "input_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ConfigError(f"ModelConfig.{name}={getattr(self, name)!r}, expected [0, 1)")
 
     @property
     def width(self) -> int:
@@ -73,6 +89,11 @@ def _dropout(x, rate: float, rng):
     return jnp.where(keep, x / (1.0 - rate), 0.0)
 
 
+def _split(rng, num: int) -> list:
+    """num independent keys, or num Nones in eval mode (rng None)."""
+    return [None] * num if rng is None else list(jax.random.split(rng, num))
+
+
 def _layer_norm(params: dict, x_NF, eps: float = 1e-5):
     mean_N1 = x_NF.mean(-1, keepdims=True)
     var_N1 = x_NF.var(-1, keepdims=True)
@@ -83,18 +104,24 @@ def _init_layer_norm(width: int) -> dict:
     return {"scale": jnp.ones((width,), jnp.float32), "bias": jnp.zeros((width,), jnp.float32)}
 
 
-def _init_mixing(key, d: int, c: int) -> dict:
-    """W_L = I (d x d), W_R orthogonal (C x C), eps = 0 [d, 1]: a layer starts as x - GELU(Z)."""
-    return {
-        "w_left": jnp.eye(d, dtype=jnp.float32),
+def _init_mixing(key, d: int, c: int, left_weights: bool) -> dict:
+    """W_L = I (d x d), W_R orthogonal (C x C), eps = 0 [d, 1]: a layer starts as x - GELU(Z).
+    Without left weights W_L stays the identity and is not a parameter."""
+    mixing = {
         "w_right": jax.nn.initializers.orthogonal()(key, (c, c), jnp.float32),
         "eps": jnp.zeros((d, 1), jnp.float32),
     }
+    if left_weights:
+        mixing["w_left"] = jnp.eye(d, dtype=jnp.float32)
+    return mixing
 
 
 def _mix(params: dict, x_NDC):
     """X_i <- W_L X_i W_R, no bias."""
-    return jnp.einsum("ij,njc,ck->nik", params["w_left"], x_NDC, params["w_right"])
+    x_NDC = x_NDC @ params["w_right"]
+    if "w_left" not in params:
+        return x_NDC
+    return jnp.einsum("ij,njc->nic", params["w_left"], x_NDC)
 
 
 def _residual_update(cfg, params: dict, x_NDC, z_NDC, rng):
@@ -110,31 +137,37 @@ def _residual_update(cfg, params: dict, x_NDC, z_NDC, rng):
 
 
 def _init_learner(cfg, key) -> dict:
-    k1, k2 = jax.random.split(key)
-    out = sheaf.num_map_params(cfg.stalk, cfg.conformal)
-    if cfg.learner == "sage":
-        return {
-            "l1": graph_ops.init_sage(k1, cfg.width, LEARNER_HIDDEN),
-            "l2": graph_ops.init_sage(k2, LEARNER_HIDDEN, out),
-        }
-    return {
-        "l1": graph_ops.init_dense(k1, cfg.width, LEARNER_HIDDEN),
-        "l2": graph_ops.init_dense(k2, LEARNER_HIDDEN, out),
-    }
+    """{"layers": [learner_layers dense or sage layers]}: width -> hidden ... -> map params."""
+    sizes = [cfg.width] + [cfg.learner_hidden] * (cfg.learner_layers - 1)
+    sizes.append(sheaf.num_map_params(cfg.stalk, cfg.conformal))
+    init_fn = graph_ops.init_sage if cfg.learner == "sage" else graph_ops.init_dense
+    keys = jax.random.split(key, cfg.learner_layers)
+    return {"layers": [init_fn(k, a, b) for k, a, b in zip(keys, sizes, sizes[1:], strict=False)]}
 
 
-def _learner(cfg, params: dict, x_NF, senders_E, receivers_E):
-    """Raw map parameters [N, K] from vec(x_i) (MLP) or from a 2-layer SAGE stack."""
-    if cfg.learner == "sage":
-        n = x_NF.shape[0]
-        h_NH = jax.nn.gelu(graph_ops.sage_layer(params["l1"], x_NF, senders_E, receivers_E, n))
-        return graph_ops.sage_layer(params["l2"], h_NH, senders_E, receivers_E, n)
-    return _dense(params["l2"], jax.nn.gelu(_dense(params["l1"], x_NF)))
+def _learner(cfg, params: dict, x_NF, senders_E, receivers_E, rng):
+    """Raw map parameters [N, K] from vec(x_i) (MLP) or a SAGE stack; GELU and dropout
+    between layers."""
+    n = x_NF.shape[0]
+    layers = params["layers"]
+    rngs = [None] * len(layers) if rng is None else list(jax.random.split(rng, len(layers)))
+    h_NH = x_NF
+    for index, (layer, layer_rng) in enumerate(zip(layers, rngs, strict=True)):
+        if index:
+            h_NH = _dropout(jax.nn.gelu(h_NH), cfg.dropout, layer_rng)
+        if cfg.learner == "sage":
+            h_NH = graph_ops.sage_layer(layer, h_NH, senders_E, receivers_E, n)
+        else:
+            h_NH = _dense(layer, h_NH)
+    return h_NH
 
 
 def _init_csnn_layer(cfg, key) -> dict:
     k_t, k_s, k_mix = jax.random.split(key, 3)
-    layer = {"phi_t": _init_learner(cfg, k_t), **_init_mixing(k_mix, cfg.stalk, cfg.hidden)}
+    layer = {
+        "phi_t": _init_learner(cfg, k_t),
+        **_init_mixing(k_mix, cfg.stalk, cfg.hidden, cfg.left_weights),
+    }
     if not cfg.source_equals_target:
         layer["phi_s"] = _init_learner(cfg, k_s)
     if cfg.layer_norm:
@@ -142,28 +175,31 @@ def _init_csnn_layer(cfg, key) -> dict:
     return layer
 
 
-def csnn_maps(cfg, layer: dict, x_NDC, senders_E, receivers_E):
+def csnn_maps(cfg, layer: dict, x_NDC, senders_E, receivers_E, rng=None):
     """(T_NDD, S_NDD, cT_N, cS_N) of one CSNN layer; S = T under source_equals_target."""
     n = x_NDC.shape[0]
     vec_NF = x_NDC.reshape(n, -1)
-    raw_t = _learner(cfg, layer["phi_t"], vec_NF, senders_E, receivers_E)
+    rng_t, rng_s = _split(rng, 2)
+    raw_t = _learner(cfg, layer["phi_t"], vec_NF, senders_E, receivers_E, rng_t)
     T_NDD, cT_N = sheaf.conformal_maps(raw_t, cfg.stalk, cfg.conformal)
     if cfg.source_equals_target:
         return T_NDD, T_NDD, cT_N, cT_N
-    raw_s = _learner(cfg, layer["phi_s"], vec_NF, senders_E, receivers_E)
+    raw_s = _learner(cfg, layer["phi_s"], vec_NF, senders_E, receivers_E, rng_s)
     S_NDD, cS_N = sheaf.conformal_maps(raw_s, cfg.stalk, cfg.conformal)
     return T_NDD, S_NDD, cT_N, cS_N
 
 
 def csnn_layer(cfg, layer: dict, x_NDC, senders_E, receivers_E, rng=None):
     """One CSNN layer on x_NDC [N, d, C]."""
-    T_NDD, S_NDD, cT_N, cS_N = csnn_maps(cfg, layer, x_NDC, senders_E, receivers_E)
+    rng_in, rng_maps, rng_out = _split(rng, 3)
+    x_NDC = _dropout(x_NDC, cfg.dropout, rng_in)
+    T_NDD, S_NDD, cT_N, cS_N = csnn_maps(cfg, layer, x_NDC, senders_E, receivers_E, rng_maps)
     mixed_NDC = _mix(layer, x_NDC)
     if cfg.single_operator:
         z_NDC = sheaf.operator_a(mixed_NDC, T_NDD, S_NDD, cT_N, senders_E, receivers_E)
     else:
         z_NDC = sheaf.diffusion(mixed_NDC, T_NDD, S_NDD, cT_N, cS_N, senders_E, receivers_E)
-    return _residual_update(cfg, layer, x_NDC, z_NDC, rng)
+    return _residual_update(cfg, layer, x_NDC, z_NDC, rng_out)
 
 
 # --- NSD-style baseline (general maps) -------------------------------------------------------
@@ -173,9 +209,9 @@ def _init_nsd_layer(cfg, key) -> dict:
     k1, k2, k_mix = jax.random.split(key, 3)
     d = cfg.stalk
     layer = {
-        "map_l1": graph_ops.init_dense(k1, 2 * cfg.width, LEARNER_HIDDEN),
-        "map_l2": graph_ops.init_dense(k2, LEARNER_HIDDEN, d * d),
-        **_init_mixing(k_mix, d, cfg.hidden),
+        "map_l1": graph_ops.init_dense(k1, 2 * cfg.width, cfg.learner_hidden),
+        "map_l2": graph_ops.init_dense(k2, cfg.learner_hidden, d * d),
+        **_init_mixing(k_mix, d, cfg.hidden, cfg.left_weights),
     }
     if cfg.layer_norm:
         layer["ln"] = _init_layer_norm(cfg.width)
@@ -198,11 +234,13 @@ def nsd_maps(cfg, layer: dict, x_NDC, senders_E, receivers_E):
 
 def nsd_layer(cfg, layer: dict, x_NDC, senders_E, receivers_E, rng=None):
     """NSD-style (general maps): x <- (1 + tanh eps) x - GELU(dropout(Delta W_L X W_R))."""
+    rng_in, rng_out = _split(rng, 2)
+    x_NDC = _dropout(x_NDC, cfg.dropout, rng_in)
     F_src_EDD, F_dst_EDD = nsd_maps(cfg, layer, x_NDC, senders_E, receivers_E)
     delta_NDC = sheaf.nsd_laplacian_apply(
         _mix(layer, x_NDC), F_src_EDD, F_dst_EDD, senders_E, receivers_E
     )
-    return _residual_update(cfg, layer, x_NDC, delta_NDC, rng)
+    return _residual_update(cfg, layer, x_NDC, delta_NDC, rng_out)
 
 
 # --- whole models ----------------------------------------------------------------------------
@@ -214,7 +252,10 @@ def _init_layer(cfg, key) -> dict:
     if cfg.kind == "nsd":
         return _init_nsd_layer(cfg, key)
     init_fn = graph_ops.init_gcn if cfg.kind == "gcn" else graph_ops.init_sage
-    return init_fn(key, cfg.hidden, cfg.hidden)
+    layer = init_fn(key, cfg.hidden, cfg.hidden)
+    if cfg.layer_norm:
+        layer["ln"] = _init_layer_norm(cfg.width)
+    return layer
 
 
 def init(cfg: ModelConfig, key) -> dict:
@@ -228,14 +269,18 @@ def init(cfg: ModelConfig, key) -> dict:
 
 
 def _apply_layer(cfg, layer, x, senders_E, receivers_E, rng):
-    """x is x_NDC for the sheaf models and x_NC for GCN / SAGE (residual x + GELU(layer x))."""
+    """x is x_NDC for the sheaf models and x_NC for GCN / SAGE, which get the same treatment:
+    dropout at the input, x + GELU(dropout(layer x)), the optional LayerNorm."""
     if cfg.kind == "csnn":
         return csnn_layer(cfg, layer, x, senders_E, receivers_E, rng)
     if cfg.kind == "nsd":
         return nsd_layer(cfg, layer, x, senders_E, receivers_E, rng)
+    rng_in, rng_out = _split(rng, 2)
+    x = _dropout(x, cfg.dropout, rng_in)
     layer_fn = graph_ops.gcn_layer if cfg.kind == "gcn" else graph_ops.sage_layer
     h_NC = layer_fn(layer, x, senders_E, receivers_E, x.shape[0])
-    return x + jax.nn.gelu(_dropout(h_NC, cfg.dropout, rng))
+    x = x + jax.nn.gelu(_dropout(h_NC, cfg.dropout, rng_out))
+    return _layer_norm(layer["ln"], x) if cfg.layer_norm else x
 
 
 def apply(cfg: ModelConfig, params: dict, graph_arrays, *, rng=None, train: bool = False):
@@ -243,9 +288,8 @@ def apply(cfg: ModelConfig, params: dict, graph_arrays, *, rng=None, train: bool
     when train and rng is given."""
     x_NF, senders_E, receivers_E = graph_arrays
     n = x_NF.shape[0]
-    rngs = [None] * cfg.num_layers
-    if train and rng is not None:
-        rngs = list(jax.random.split(rng, cfg.num_layers))
+    rng_input, *rngs = _split(rng if train else None, cfg.num_layers + 1)
+    x_NF = _dropout(x_NF, cfg.input_dropout, rng_input)
     h = jax.nn.gelu(_dense(params["lin_in"], x_NF))
     if cfg.kind in ("csnn", "nsd"):
         h = h.reshape(n, cfg.stalk, cfg.hidden)  # as the official x.view(N d, C)

@@ -1,0 +1,110 @@
+"""CSNN through core.train (methods/csnn/__init__.py, tasks.py, configs/csnn.py): batching of
+same-shape graphs, tree features, Minesweeper full-batch training sharded over 8 devices equal
+to one device, and config errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import methods
+from configs import csnn as csnn_config
+from core.errors import ConfigError
+from methods.csnn import data, model, tasks
+from tests.methods.mesh_check import losses_on_mesh
+
+
+def test_disjoint_union_equals_graph_by_graph():
+    # A wrong offset in tile_edges would wire graph b's nodes to graph b' and mix outputs.
+    task = tasks.make_task("tree", depth=2)
+    batch = tasks.stack_examples(task, np.random.default_rng(0), 3)
+    cfg = model.ModelConfig(in_features=task.in_features, out_features=task.out_features, hidden=4)
+    params = model.init(cfg, jax.random.PRNGKey(0))
+    out_BNO = tasks.forward(cfg, params, task, jnp.asarray(batch["x"]))
+    for b in range(3):
+        one_NO = model.apply(
+            cfg, params, (jnp.asarray(batch["x"][b]), task.senders_E, task.receivers_E)
+        )
+        # Same float32 operations per node; only the segment layout differs.
+        np.testing.assert_allclose(out_BNO[b], one_NO, rtol=1e-5, atol=1e-6)
+
+
+def test_tile_edges_stay_receiver_sorted_and_in_range():
+    g = data.barbell(np.random.default_rng(0))
+    senders_E, receivers_E = tasks.tile_edges(g.senders_E, g.receivers_E, 4, g.num_nodes)
+    assert np.all(np.diff(receivers_E) >= 0)
+    assert senders_E.max() < 4 * g.num_nodes
+    assert np.all(senders_E // g.num_nodes == receivers_E // g.num_nodes)
+
+
+def test_tree_features_one_hot_ids():
+    depth = 2
+    g = data.tree_neighbors_match(np.random.default_rng(1), depth)
+    x_NF = tasks.tree_features(g.x_NF, depth)
+    assert x_NF.shape == (7, 3 + 2 * 5)
+    np.testing.assert_array_equal(x_NF.sum(1), 3.0)  # one type, one key slot, one label slot
+    slots = 2**depth + 1
+    key_N = np.argmax(x_NF[:, 3 : 3 + slots], 1) - 1
+    label_N = np.argmax(x_NF[:, 3 + slots :], 1) - 1
+    np.testing.assert_array_equal(key_N, g.x_NF[:, 1])
+    np.testing.assert_array_equal(label_N, g.x_NF[:, 2])
+
+
+def test_minesweeper_sharded_over_8_devices_equals_one_device():
+    config = csnn_config.get_config("mesh=cpu,size=smoke")
+    config.model.dropout = 0.0  # the same dropout mask either way is not what is tested here
+    config.model.input_dropout = 0.0
+    sharded, _ = losses_on_mesh(config, methods.make, steps=3)
+    session_one = csnn_one_device(config)
+    # Same float32 model; only the reduction order over the nodes' shards differs.
+    np.testing.assert_allclose(sharded, session_one, rtol=2e-5)
+    assert sharded[-1] < sharded[0]  # it trains
+
+
+def csnn_one_device(config, steps=3):
+    from core import train
+
+    session = train.init(config, methods.make(config), devices=jax.devices()[:1])
+    state, losses = session.state, []
+    for _ in range(steps):
+        state, metrics = session.step(state, session.next_batch())
+        losses.append(float(metrics["loss"]))
+    return losses
+
+
+def test_minesweeper_loss_only_sees_train_nodes():
+    # Changing labels outside the train mask must not change the loss.
+    task, graph = tasks.minesweeper_task(0, side=10)
+    cfg = model.ModelConfig(in_features=10, out_features=1, hidden=4)
+    params = model.init(cfg, jax.random.PRNGKey(0))
+    train_N = np.arange(graph.num_nodes) % 3 == 0
+    batch = {"x": graph.x_NF, "y": graph.y_N, "train": train_N}
+    out_BNO = tasks.forward(cfg, params, task, jnp.asarray(graph.x_NF)[None])
+    loss, _ = task.loss(out_BNO, batch)
+    flipped = dict(batch, y=np.where(train_N, graph.y_N, 1 - graph.y_N))
+    np.testing.assert_allclose(task.loss(out_BNO, flipped)[0], loss, rtol=1e-6)
+    flipped_train = dict(batch, y=np.where(train_N, 1 - graph.y_N, graph.y_N))
+    assert abs(float(task.loss(out_BNO, flipped_train)[0]) - float(loss)) > 1e-3
+
+
+@pytest.mark.parametrize(
+    "arg, field, message",
+    [
+        ("model=gcn,ablation=single_operator", None, "ablation"),
+        ("depth=x", None, "depth"),
+        ("task=ring", None, "task"),
+        ("size=smoke", ("train", "batch_size", 64), "batch_size"),
+        ("size=smoke", ("model", "widht", 3), "unknown fields"),
+        ("size=smoke", ("model", "dropout", 1.5), "dropout"),
+        ("size=smoke", ("data", "split", 10), "split"),
+        ("size=smoke,task=tree", ("data", "depth", 0), "depth"),
+    ],
+)
+def test_config_errors_name_the_field(arg, field, message):
+    with pytest.raises(ConfigError, match=message):
+        config = csnn_config.get_config(arg)
+        if field:
+            section, name, value = field
+            config[section][name] = value
+        method = methods.make(config)
+        method.dataset("train", shard=(0, 1), seed=0)
