@@ -62,20 +62,20 @@ def side_for_edges(target_E: int) -> int:
     return min(candidates, key=lambda s: abs(king_directed_edges(s) - target_E))
 
 
-def graph(target_E: int) -> tuple[int, jax.Array, jax.Array]:
-    """(N, senders_E, receivers_E) of the king grid nearest target_E directed edges."""
+def graph(target_E: int) -> tuple[int, graph_ops.Edges]:
+    """(N, edges) of the king grid nearest target_E directed edges (plain edge lists)."""
     side = side_for_edges(target_E)
     n = side * side
     senders_E, receivers_E = data.undirected(data.grid_king_edges(side), n)
-    return n, jnp.asarray(senders_E), jnp.asarray(receivers_E)
+    return n, graph_ops.Edges(jnp.asarray(senders_E), jnp.asarray(receivers_E))
 
 
 def layer_fns():
-    """(csnn_fn, gcn_fn): (layer params, x, senders_E, receivers_E) -> the layer's output."""
+    """(csnn_fn, gcn_fn): (layer params, x, edges) -> the layer's output."""
     csnn_fn = functools.partial(model.csnn_layer, CSNN_CFG)
 
-    def gcn_fn(layer, x_NC, senders_E, receivers_E):
-        return graph_ops.gcn_layer(layer, x_NC, senders_E, receivers_E, x_NC.shape[0])
+    def gcn_fn(layer, x_NC, edges):
+        return graph_ops.gcn_layer(layer, x_NC, edges, x_NC.shape[0])
 
     return csnn_fn, gcn_fn
 
@@ -92,7 +92,7 @@ def inputs(n: int, key) -> dict:
 
 def _grad_fn(layer_fn):
     """Forward + backward: the gradient of the output's sum w.r.t. the params and x."""
-    loss = lambda layer, x, s_E, r_E: layer_fn(layer, x, s_E, r_E).sum()
+    loss = lambda layer, x, edges: layer_fn(layer, x, edges).sum()
     return jax.grad(loss, argnums=(0, 1))
 
 
@@ -101,34 +101,32 @@ def _time(fn, args, repeats: int) -> float:
     return median_seconds(lambda: jax.block_until_ready(jitted(*args)), repeats)
 
 
-def split_csnn(layer, x_NDC, senders_E, receivers_E, repeats: int) -> dict:
+def split_csnn(layer, x_NDC, edges, repeats: int) -> dict:
     """The CSNN forward's parts: the map learners alone, and the two sheaf operators B(A(.))
     on fixed maps (the mixing and the residual update, both elementwise-cheap, are left out)."""
     maps_fn = functools.partial(model.csnn_maps, CSNN_CFG)
-    maps = jax.jit(maps_fn)(layer, x_NDC, senders_E, receivers_E)
+    maps = jax.jit(maps_fn)(layer, x_NDC, edges)
     mixed_NDC = model._mix(layer, x_NDC)
     return {
-        "csnn_maps_seconds": _time(maps_fn, (layer, x_NDC, senders_E, receivers_E), repeats),
-        "csnn_operators_seconds": _time(
-            sheaf.diffusion, (mixed_NDC, *maps, senders_E, receivers_E), repeats
-        ),
+        "csnn_maps_seconds": _time(maps_fn, (layer, x_NDC, edges), repeats),
+        "csnn_operators_seconds": _time(sheaf.diffusion, (mixed_NDC, *maps, edges), repeats),
     }
 
 
 def measure_one(target_E: int, repeats: int, key=None) -> dict:
-    n, senders_E, receivers_E = graph(target_E)
-    num_E = int(senders_E.shape[0])
+    n, edges = graph(target_E)
+    num_E = int(edges.senders_E.shape[0])
     per_model = inputs(n, jax.random.key(0) if key is None else key)
     row = {"target_edges": target_E, "edges": num_E, "nodes": n}
     for name, layer_fn in zip(("csnn", "gcn"), layer_fns(), strict=True):
-        args = (*per_model[name], senders_E, receivers_E)
+        args = (*per_model[name], edges)
         row[f"{name}_forward_seconds"] = _time(layer_fn, args, repeats)
         row[f"{name}_fwd_bwd_seconds"] = _time(_grad_fn(layer_fn), args, repeats)
     for phase in ("forward", "fwd_bwd"):
         for name in ("csnn", "gcn"):
             row[f"{name}_{phase}_edges_per_s"] = num_E / row[f"{name}_{phase}_seconds"]
         row[f"csnn_over_gcn_{phase}"] = row[f"csnn_{phase}_seconds"] / row[f"gcn_{phase}_seconds"]
-    row.update(split_csnn(*per_model["csnn"], senders_E, receivers_E, repeats))
+    row.update(split_csnn(*per_model["csnn"], edges, repeats))
     return row
 
 

@@ -32,17 +32,17 @@ def test_side_gives_the_nearest_king_grid():
 
 
 def test_layers_take_and_return_the_stated_shapes():
-    n, senders_E, receivers_E = bench.graph(SIZES[0])
+    n, edges = bench.graph(SIZES[0])
     per_model = bench.inputs(n, jax.random.key(1))
     csnn_fn, gcn_fn = bench.layer_fns()
     layer, x_NDC = per_model["csnn"]
     assert x_NDC.shape == (n, 3, 32) and len(layer["phi_t"]["layers"]) == 2
     assert layer["phi_t"]["layers"][0]["w"].shape == (96, 64)  # MLP learner on vec x_i
-    out_NDC = csnn_fn(layer, x_NDC, senders_E, receivers_E)
+    out_NDC = csnn_fn(layer, x_NDC, edges)
     assert out_NDC.shape == (n, 3, 32) and np.isfinite(np.asarray(out_NDC)).all()
     layer, x_NC = per_model["gcn"]
     assert x_NC.shape == (n, 96) and layer["w"].shape == (96, 96)
-    out_NC = gcn_fn(layer, x_NC, senders_E, receivers_E)
+    out_NC = gcn_fn(layer, x_NC, edges)
     assert out_NC.shape == (n, 96) and np.isfinite(np.asarray(out_NC)).all()
 
 
@@ -50,8 +50,8 @@ def test_report_is_complete():
     rows = bench.measure(sizes=SIZES, repeats=1)
     assert [r["target_edges"] for r in rows] == list(SIZES)
     for r in rows:
-        n, senders_E, receivers_E = bench.graph(r["target_edges"])
-        assert (r["nodes"], r["edges"]) == (n, len(senders_E)) == (n, len(receivers_E))
+        n, edges = bench.graph(r["target_edges"])
+        assert (r["nodes"], r["edges"]) == (n, len(edges.senders_E)) == (n, len(edges.receivers_E))
         assert set(r) == {"target_edges", "edges", "nodes", *NUMBERS}
         for key in NUMBERS:
             assert math.isfinite(r[key]) and r[key] > 0, key

@@ -10,8 +10,10 @@
 - `experiment.py`: the paper's claims at CPU scale.
 - here: `make(config) -> Method` for `core.train`. Minesweeper trains full-batch: the batch is
   the node set (x, y, train mask; leading dimension N, sharded over the mesh's data axes like any
-  batch, so each device holds its nodes and XLA gathers the senders' features), the edge lists
-  are constants of the step. Barbell and tree draw fresh graphs every step.
+  batch), the edge lists are constants of the step. On a multi-device mesh its message passing
+  is receiver-partitioned (`tasks.task_edges`, `graph_ops.gather_sum`): each device all-gathers
+  the node states and sums over the edges into its own nodes. Barbell and tree draw fresh graphs
+  every step.
 
     python -m launch.train --config=configs/csnn.py --workdir=/tmp/csnn
     python -m launch.train --config=configs/csnn.py:task=tree,model=gcn --workdir=/tmp/tree

@@ -3,15 +3,16 @@ functions on param pytrees.
 
     cfg = ModelConfig(kind="csnn", in_features=10, out_features=1, hidden=16, stalk=3)
     params = init(cfg, key)
-    logits_NO = apply(cfg, params, (x_NF, senders_E, receivers_E), rng=key, train=True)
-    loss = binary_loss(cfg, params, graph_arrays, y_N, mask_N, rng=key)
+    logits_NO = apply(cfg, params, (x_NF, edges), rng=key, train=True)   # graph_ops.Edges
+    loss = binary_loss(cfg, params, (x_NF, edges), y_N, mask_N, rng=key)
 
 CSNN (as the official model.py): lin1 in -> C d, GELU, reshape x_NDC; L layers of
     (T, cT) = conformal_maps(phi_T(vec x)), (S, cS) = conformal_maps(phi_S(vec x))
     Z = B(A(W_L X W_R))           (A only when single_operator)
     x <- (1 + tanh eps) x - GELU(dropout(Z))      [optional LayerNorm over d C]
-then a linear readout from the flattened d C. Edge lists hold both directions, sorted by
-receiver (see methods/csnn/data.py).
+then a linear readout from the flattened d C. `edges = graph_ops.Edges(senders_E, receivers_E)`
+(both directions, sorted by receiver; see methods/csnn/data.py), optionally with `shards` for
+a node set sharded over the mesh (see graph_ops).
 """
 
 import dataclasses
@@ -145,7 +146,7 @@ def _init_learner(cfg, key) -> dict:
     return {"layers": [init_fn(k, a, b) for k, a, b in zip(keys, sizes, sizes[1:], strict=False)]}
 
 
-def _learner(cfg, params: dict, x_NF, senders_E, receivers_E, rng):
+def _learner(cfg, params: dict, x_NF, edges, rng):
     """Raw map parameters [N, K] from vec(x_i) (MLP) or a SAGE stack; GELU and dropout
     between layers."""
     n = x_NF.shape[0]
@@ -156,7 +157,7 @@ def _learner(cfg, params: dict, x_NF, senders_E, receivers_E, rng):
         if index:
             h_NH = _dropout(jax.nn.gelu(h_NH), cfg.dropout, layer_rng)
         if cfg.learner == "sage":
-            h_NH = graph_ops.sage_layer(layer, h_NH, senders_E, receivers_E, n)
+            h_NH = graph_ops.sage_layer(layer, h_NH, edges, n)
         else:
             h_NH = _dense(layer, h_NH)
     return h_NH
@@ -175,30 +176,30 @@ def _init_csnn_layer(cfg, key) -> dict:
     return layer
 
 
-def csnn_maps(cfg, layer: dict, x_NDC, senders_E, receivers_E, rng=None):
+def csnn_maps(cfg, layer: dict, x_NDC, edges, rng=None):
     """(T_NDD, S_NDD, cT_N, cS_N) of one CSNN layer; S = T under source_equals_target."""
     n = x_NDC.shape[0]
     vec_NF = x_NDC.reshape(n, -1)
     rng_t, rng_s = _split(rng, 2)
-    raw_t = _learner(cfg, layer["phi_t"], vec_NF, senders_E, receivers_E, rng_t)
+    raw_t = _learner(cfg, layer["phi_t"], vec_NF, edges, rng_t)
     T_NDD, cT_N = sheaf.conformal_maps(raw_t, cfg.stalk, cfg.conformal)
     if cfg.source_equals_target:
         return T_NDD, T_NDD, cT_N, cT_N
-    raw_s = _learner(cfg, layer["phi_s"], vec_NF, senders_E, receivers_E, rng_s)
+    raw_s = _learner(cfg, layer["phi_s"], vec_NF, edges, rng_s)
     S_NDD, cS_N = sheaf.conformal_maps(raw_s, cfg.stalk, cfg.conformal)
     return T_NDD, S_NDD, cT_N, cS_N
 
 
-def csnn_layer(cfg, layer: dict, x_NDC, senders_E, receivers_E, rng=None):
-    """One CSNN layer on x_NDC [N, d, C]."""
+def csnn_layer(cfg, layer: dict, x_NDC, edges, rng=None):
+    """One CSNN layer on x_NDC [N, d, C]; edges a graph_ops.Edges."""
     rng_in, rng_maps, rng_out = _split(rng, 3)
     x_NDC = _dropout(x_NDC, cfg.dropout, rng_in)
-    T_NDD, S_NDD, cT_N, cS_N = csnn_maps(cfg, layer, x_NDC, senders_E, receivers_E, rng_maps)
+    T_NDD, S_NDD, cT_N, cS_N = csnn_maps(cfg, layer, x_NDC, edges, rng_maps)
     mixed_NDC = _mix(layer, x_NDC)
     if cfg.single_operator:
-        z_NDC = sheaf.operator_a(mixed_NDC, T_NDD, S_NDD, cT_N, senders_E, receivers_E)
+        z_NDC = sheaf.operator_a(mixed_NDC, T_NDD, S_NDD, cT_N, edges)
     else:
-        z_NDC = sheaf.diffusion(mixed_NDC, T_NDD, S_NDD, cT_N, cS_N, senders_E, receivers_E)
+        z_NDC = sheaf.diffusion(mixed_NDC, T_NDD, S_NDD, cT_N, cS_N, edges)
     return _residual_update(cfg, layer, x_NDC, z_NDC, rng_out)
 
 
@@ -206,11 +207,10 @@ def csnn_layer(cfg, layer: dict, x_NDC, senders_E, receivers_E, rng=None):
 
 
 def _init_nsd_layer(cfg, key) -> dict:
-    k1, k2, k_mix = jax.random.split(key, 3)
+    k_map, k_mix = jax.random.split(key)
     d = cfg.stalk
     layer = {
-        "map_l1": graph_ops.init_dense(k1, 2 * cfg.width, cfg.learner_hidden),
-        "map_l2": graph_ops.init_dense(k2, cfg.learner_hidden, d * d),
+        "map": graph_ops.init_dense(k_map, 2 * cfg.width, d * d),
         **_init_mixing(k_mix, d, cfg.hidden, cfg.left_weights),
     }
     if cfg.layer_norm:
@@ -218,28 +218,31 @@ def _init_nsd_layer(cfg, key) -> dict:
     return layer
 
 
-def nsd_maps(cfg, layer: dict, x_NDC, senders_E, receivers_E):
-    """(F_src_EDD, F_dst_EDD) for edge e = (j -> i): F_{i<e} = MLP(x_i, x_j) and F_{j<e} =
-    MLP(x_j, x_i); the reverse edge gets the same pair swapped, as nsd_laplacian_apply needs."""
+def nsd_maps(cfg, layer: dict, x_NDC, edges):
+    """(F_src_EDD, F_dst_EDD) for edge e = (j -> i), NSD's concat learner:
+    F_{i<e} = tanh(W [x_i ; x_j] + b) and F_{j<e} = tanh(W [x_j ; x_i] + b); the reverse edge
+    gets the same pair swapped, as nsd_laplacian_apply needs. W [a ; b] = W_1 a + W_2 b, so
+    both halves are projected per node (N rows) before the gather (E rows): per-edge maps, so
+    the plain edge lists `edges.senders_E` / `edges.receivers_E`."""
+    senders_E, receivers_E = edges.senders_E, edges.receivers_E
     n, d = x_NDC.shape[:2]
     vec_NF = x_NDC.reshape(n, -1)
-    x_dst_EF, x_src_EF = vec_NF[receivers_E], vec_NF[senders_E]
+    w_first, w_second = jnp.split(layer["map"]["w"], 2, axis=0)
+    first_NK, second_NK = vec_NF @ w_first, vec_NF @ w_second
+    b_K = layer["map"]["b"]
 
-    def edge_mlp(a_EF, b_EF):
-        h_EH = jax.nn.gelu(_dense(layer["map_l1"], jnp.concatenate([a_EF, b_EF], -1)))
-        return _dense(layer["map_l2"], h_EH).reshape(-1, d, d)
+    def edge_maps(own_E, other_E):
+        return jnp.tanh(first_NK[own_E] + second_NK[other_E] + b_K).reshape(-1, d, d)
 
-    return edge_mlp(x_src_EF, x_dst_EF), edge_mlp(x_dst_EF, x_src_EF)
+    return edge_maps(senders_E, receivers_E), edge_maps(receivers_E, senders_E)
 
 
-def nsd_layer(cfg, layer: dict, x_NDC, senders_E, receivers_E, rng=None):
+def nsd_layer(cfg, layer: dict, x_NDC, edges, rng=None):
     """NSD-style (general maps): x <- (1 + tanh eps) x - GELU(dropout(Delta W_L X W_R))."""
     rng_in, rng_out = _split(rng, 2)
     x_NDC = _dropout(x_NDC, cfg.dropout, rng_in)
-    F_src_EDD, F_dst_EDD = nsd_maps(cfg, layer, x_NDC, senders_E, receivers_E)
-    delta_NDC = sheaf.nsd_laplacian_apply(
-        _mix(layer, x_NDC), F_src_EDD, F_dst_EDD, senders_E, receivers_E
-    )
+    F_src_EDD, F_dst_EDD = nsd_maps(cfg, layer, x_NDC, edges)
+    delta_NDC = sheaf.nsd_laplacian_apply(_mix(layer, x_NDC), F_src_EDD, F_dst_EDD, edges)
     return _residual_update(cfg, layer, x_NDC, delta_NDC, rng_out)
 
 
@@ -268,25 +271,25 @@ def init(cfg: ModelConfig, key) -> dict:
     }
 
 
-def _apply_layer(cfg, layer, x, senders_E, receivers_E, rng):
+def _apply_layer(cfg, layer, x, edges, rng):
     """x is x_NDC for the sheaf models and x_NC for GCN / SAGE, which get the same treatment:
     dropout at the input, x + GELU(dropout(layer x)), the optional LayerNorm."""
     if cfg.kind == "csnn":
-        return csnn_layer(cfg, layer, x, senders_E, receivers_E, rng)
+        return csnn_layer(cfg, layer, x, edges, rng)
     if cfg.kind == "nsd":
-        return nsd_layer(cfg, layer, x, senders_E, receivers_E, rng)
+        return nsd_layer(cfg, layer, x, edges, rng)
     rng_in, rng_out = _split(rng, 2)
     x = _dropout(x, cfg.dropout, rng_in)
     layer_fn = graph_ops.gcn_layer if cfg.kind == "gcn" else graph_ops.sage_layer
-    h_NC = layer_fn(layer, x, senders_E, receivers_E, x.shape[0])
+    h_NC = layer_fn(layer, x, edges, x.shape[0])
     x = x + jax.nn.gelu(_dropout(h_NC, cfg.dropout, rng_out))
     return _layer_norm(layer["ln"], x) if cfg.layer_norm else x
 
 
 def apply(cfg: ModelConfig, params: dict, graph_arrays, *, rng=None, train: bool = False):
-    """Logits [N, out_features]; graph_arrays = (x_NF, senders_E, receivers_E). Dropout only
-    when train and rng is given."""
-    x_NF, senders_E, receivers_E = graph_arrays
+    """Logits [N, out_features]; graph_arrays = (x_NF, edges), edges a graph_ops.Edges.
+    Dropout only when train and rng is given."""
+    x_NF, edges = graph_arrays
     n = x_NF.shape[0]
     rng_input, *rngs = _split(rng if train else None, cfg.num_layers + 1)
     x_NF = _dropout(x_NF, cfg.input_dropout, rng_input)
@@ -294,7 +297,7 @@ def apply(cfg: ModelConfig, params: dict, graph_arrays, *, rng=None, train: bool
     if cfg.kind in ("csnn", "nsd"):
         h = h.reshape(n, cfg.stalk, cfg.hidden)  # as the official x.view(N d, C)
     for layer, layer_rng in zip(params["layers"], rngs, strict=True):
-        h = _apply_layer(cfg, layer, h, senders_E, receivers_E, layer_rng)
+        h = _apply_layer(cfg, layer, h, edges, layer_rng)
     return _dense(params["readout"], h.reshape(n, -1))
 
 

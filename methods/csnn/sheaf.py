@@ -11,14 +11,14 @@ D_i^T = deg_i (c_i^T)^2 and D_i^S = deg_i (c_i^S)^2. One layer's diffusion is B(
 listens only through T_i, so S_j = 0 silences j and T_i = 0 deafens i: the cooperative part.
 
     raw_NK -> conformal_maps(raw_NK, d) -> (T_NDD, cT_N); the same for (S_NDD, cS_N)
-    y_NDC = diffusion(x_NDC, T_NDD, S_NDD, cT_N, cS_N, senders_E, receivers_E)
+    y_NDC = diffusion(x_NDC, T_NDD, S_NDD, cT_N, cS_N, edges)   # edges: graph_ops.Edges
     A_MM, B_MM = dense_operator(T_NDD, S_NDD, cT_N, cS_N, adjacency_NN)   # tests only, M = N d
 """
 
 import jax.numpy as jnp
 import numpy as np
 
-from methods.csnn.graph_ops import aggregate, degree
+from methods.csnn.graph_ops import Edges, aggregate, degree, gather_sum
 
 MAX_LOG_SCALE = float(np.log(10.0))
 
@@ -80,36 +80,36 @@ def conformal_maps(raw_NK, d: int, conformal: bool = True):
     return scale_N[:, None, None] * q_NDD, scale_N
 
 
-def normalised_step(x_NDC, T_NDD, S_NDD, diag_N, senders_E, receivers_E):
+def normalised_step(x_NDC, T_NDD, S_NDD, diag_N, edges: Edges):
     """(M X)_i = D_i/(D_i+1) X_i - T_i^T sum_{j in N(i)} S_j X_j / sqrt((D_i+1)(D_j+1)).
 
     S_j X_j is formed once per node before the gather (E >> N), and T_i^T, being the receiver's,
-    is applied once after the segment sum.
+    is applied once after the segment sum (`gather_sum`, node-sharded when `edges.shards` is).
     """
     num_nodes = x_NDC.shape[0]
     inv_sqrt_N = 1.0 / jnp.sqrt(diag_N + 1.0)
     sent_NDC = jnp.einsum("nij,njc->nic", S_NDD, x_NDC) * inv_sqrt_N[:, None, None]
-    summed_NDC = aggregate(sent_NDC[senders_E], receivers_E, num_nodes)
+    summed_NDC = gather_sum(sent_NDC, edges, num_nodes)
     heard_NDC = jnp.einsum("nji,njc->nic", T_NDD, summed_NDC) * inv_sqrt_N[:, None, None]
     return (diag_N / (diag_N + 1.0))[:, None, None] * x_NDC - heard_NDC
 
 
-def operator_a(x_NDC, T_NDD, S_NDD, cT_N, senders_E, receivers_E):
+def operator_a(x_NDC, T_NDD, S_NDD, cT_N, edges: Edges):
     """A: normalised by the target maps' degrees D^T = deg c_T^2."""
-    diag_N = degree(receivers_E, x_NDC.shape[0]) * cT_N**2
-    return normalised_step(x_NDC, T_NDD, S_NDD, diag_N, senders_E, receivers_E)
+    diag_N = degree(edges, x_NDC.shape[0]) * cT_N**2
+    return normalised_step(x_NDC, T_NDD, S_NDD, diag_N, edges)
 
 
-def operator_b(y_NDC, T_NDD, S_NDD, cS_N, senders_E, receivers_E):
+def operator_b(y_NDC, T_NDD, S_NDD, cS_N, edges: Edges):
     """B: normalised by the source maps' degrees D^S = deg c_S^2."""
-    diag_N = degree(receivers_E, y_NDC.shape[0]) * cS_N**2
-    return normalised_step(y_NDC, T_NDD, S_NDD, diag_N, senders_E, receivers_E)
+    diag_N = degree(edges, y_NDC.shape[0]) * cS_N**2
+    return normalised_step(y_NDC, T_NDD, S_NDD, diag_N, edges)
 
 
-def diffusion(x_NDC, T_NDD, S_NDD, cT_N, cS_N, senders_E, receivers_E):
+def diffusion(x_NDC, T_NDD, S_NDD, cT_N, cS_N, edges: Edges):
     """B(A(X)): one CSNN layer's sheaf diffusion, before its weights and nonlinearity."""
-    y_NDC = operator_a(x_NDC, T_NDD, S_NDD, cT_N, senders_E, receivers_E)
-    return operator_b(y_NDC, T_NDD, S_NDD, cS_N, senders_E, receivers_E)
+    y_NDC = operator_a(x_NDC, T_NDD, S_NDD, cT_N, edges)
+    return operator_b(y_NDC, T_NDD, S_NDD, cS_N, edges)
 
 
 def _dense_step(T_NDD, S_NDD, diag_N, adjacency_NN):
@@ -137,14 +137,17 @@ def _inv_sqrt_psd(m_NDD, eps: float):
     return jnp.einsum("nij,nj,nkj->nik", v_NDD, 1.0 / jnp.sqrt(jnp.maximum(w_ND, eps)), v_NDD)
 
 
-def nsd_laplacian_apply(x_NDC, F_src_EDD, F_dst_EDD, senders_E, receivers_E, eps: float = 1e-6):
+def nsd_laplacian_apply(x_NDC, F_src_EDD, F_dst_EDD, edges: Edges, eps: float = 1e-6):
     """NSD baseline: Delta X = D^-1/2 L_F D^-1/2 X with one map per (node, edge) incidence.
 
     For directed edge e = (j -> i): F_dst_EDD[e] = F_{i<e} (the receiver's), F_src_EDD[e] =
     F_{j<e}; the reverse edge must carry the same two maps swapped, which makes L_F symmetric.
     (L_F X)_i = sum_e F_{i<e}^T F_{i<e} X_i - F_{i<e}^T F_{j<e} X_j; D is L_F's block diagonal.
+    The messages depend on the edge, so this is always the plain edge-list path (`edges.shards`
+    is not used; under a mesh XLA partitions it).
     """
     num_nodes = x_NDC.shape[0]
+    senders_E, receivers_E = edges.senders_E, edges.receivers_E
     diag_NDD = aggregate(jnp.einsum("eki,ekj->eij", F_dst_EDD, F_dst_EDD), receivers_E, num_nodes)
     inv_sqrt_NDD = _inv_sqrt_psd(diag_NDD, eps)
     y_NDC = jnp.einsum("nij,njc->nic", inv_sqrt_NDD, x_NDC)

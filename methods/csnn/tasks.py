@@ -9,22 +9,27 @@
   label, accuracy on fresh trees.
 
 Barbell and tree graphs share one topology per task, so a batch is node features [B, N, F] and
-the model runs on their disjoint union (`tile_edges`), with no padding.
+the model runs on their disjoint union (`tile_edges`), with no padding. `forward` traced under a
+mesh whose data axes span P > 1 devices runs Minesweeper's message passing receiver-partitioned
+(`graph_ops.partition_edges`, built when the step is traced); otherwise on the plain edge lists.
 
     task = make_task("tree", depth=3)
     example = task.example(np.random.default_rng(0))     # {"x": [N, F], "y": ...}
 """
 
+import math
 from collections.abc import Callable
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from sklearn.metrics import roc_auc_score
 
 from core.errors import ConfigError
-from methods.csnn import data, model
+from core.mesh import data_axes
+from methods.csnn import data, graph_ops, model
 
 TASKS = ("minesweeper", "barbell", "tree")
 
@@ -174,11 +179,39 @@ def stack_examples(task: Task, rng: np.random.Generator, count: int) -> dict:
     return {k: np.stack([e[k] for e in examples]) for k in examples[0]}
 
 
+def mesh_node_shards() -> int:
+    """How many devices the data axes of the mesh in context span (1 without a mesh)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return 1
+    return math.prod(mesh.shape[a] for a in data_axes(mesh))
+
+
+def task_edges(task: Task, num_graphs: int, num_nodes: int) -> graph_ops.Edges:
+    """The edges `forward` runs on: the tiled plain lists, plus receiver-partitioned shards for
+    minesweeper when the mesh in context splits its node set over more than one device.
+
+    Graph-batch tasks (barbell, tree) keep the plain path: their batch is split over graphs, so
+    every device's edges join its own nodes, and the halo exchange of the shards (an all-gather
+    of all B N node states) would only move data no device needs; XLA's partitioning of their
+    small per-step graphs is left as it was.
+    """
+    senders_E, receivers_E = tile_edges(task.senders_E, task.receivers_E, num_graphs, num_nodes)
+    shards = None
+    num_shards = mesh_node_shards()
+    if task.example is None and num_graphs == 1 and num_shards > 1:
+        # Host numpy, O(E), run once per trace of the step.
+        shards = graph_ops.partition_edges(
+            task.senders_E, task.receivers_E, task.num_nodes, num_shards
+        )
+        shards = graph_ops.EdgeShards(*map(jnp.asarray, shards))
+    return graph_ops.Edges(jnp.asarray(senders_E), jnp.asarray(receivers_E), shards)
+
+
 def forward(cfg, params, task: Task, x_BNF, *, rng=None, train: bool = False):
     """Model outputs [B, N, out] of B graphs sharing the task's topology (B = 1 for
-    minesweeper): one apply on their disjoint union."""
+    minesweeper): one apply on their disjoint union, with `task_edges`."""
     b, n = x_BNF.shape[:2]
-    senders_E, receivers_E = tile_edges(task.senders_E, task.receivers_E, b, n)
-    arrays = (x_BNF.reshape(b * n, -1), jnp.asarray(senders_E), jnp.asarray(receivers_E))
-    out_NO = model.apply(cfg, params, arrays, rng=rng, train=train)
+    edges = task_edges(task, b, n)
+    out_NO = model.apply(cfg, params, (x_BNF.reshape(b * n, -1), edges), rng=rng, train=train)
     return out_NO.reshape(b, n, -1)

@@ -10,7 +10,7 @@ import pytest
 import methods
 from configs import csnn as csnn_config
 from core.errors import ConfigError
-from methods.csnn import data, model, tasks
+from methods.csnn import data, graph_ops, model, tasks
 from tests.methods.mesh_check import losses_on_mesh
 
 
@@ -22,9 +22,8 @@ def test_disjoint_union_equals_graph_by_graph():
     params = model.init(cfg, jax.random.PRNGKey(0))
     out_BNO = tasks.forward(cfg, params, task, jnp.asarray(batch["x"]))
     for b in range(3):
-        one_NO = model.apply(
-            cfg, params, (jnp.asarray(batch["x"][b]), task.senders_E, task.receivers_E)
-        )
+        edges = graph_ops.Edges(jnp.asarray(task.senders_E), jnp.asarray(task.receivers_E))
+        one_NO = model.apply(cfg, params, (jnp.asarray(batch["x"][b]), edges))
         # Same float32 operations per node; only the segment layout differs.
         np.testing.assert_allclose(out_BNO[b], one_NO, rtol=1e-5, atol=1e-6)
 

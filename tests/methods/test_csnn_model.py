@@ -11,7 +11,7 @@ import optax
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from methods.csnn import data, model
+from methods.csnn import data, graph_ops, model
 
 SMALL = dict(in_features=10, out_features=1, hidden=4, stalk=3, num_layers=2, dropout=0.1)
 CONFIGS = {
@@ -28,7 +28,9 @@ CONFIGS = {
 
 
 def _arrays(graph):
-    return tuple(jnp.asarray(a) for a in (graph.x_NF, graph.senders_E, graph.receivers_E))
+    """(x_NF, edges): model.apply's graph_arrays."""
+    edges = graph_ops.Edges(jnp.asarray(graph.senders_E), jnp.asarray(graph.receivers_E))
+    return jnp.asarray(graph.x_NF), edges
 
 
 SMALL_GRAPH = data.minesweeper(seed=0, side=10)
@@ -69,11 +71,12 @@ def test_dropout_only_in_train_with_rng():
 
 def _permuted(arrays, perm_N):
     """Node k of the new graph is node perm_N[k] of the old; edges relabelled, re-sorted."""
-    x_NF, senders_E, receivers_E = (np.asarray(a) for a in arrays)
+    x_NF, edges = arrays
     inv_N = np.argsort(perm_N)
-    s_E, r_E = inv_N[senders_E], inv_N[receivers_E]
+    s_E, r_E = inv_N[np.asarray(edges.senders_E)], inv_N[np.asarray(edges.receivers_E)]
     order_E = np.lexsort((s_E, r_E))  # by receiver, then sender
-    return tuple(jnp.asarray(a) for a in (x_NF[perm_N], s_E[order_E], r_E[order_E]))
+    permuted = graph_ops.Edges(jnp.asarray(s_E[order_E]), jnp.asarray(r_E[order_E]))
+    return jnp.asarray(np.asarray(x_NF)[perm_N]), permuted
 
 
 @pytest.mark.parametrize("name", ["csnn", "gcn"])
@@ -89,22 +92,22 @@ def test_permutation_equivariance(name):
 
 
 def _first_layer_state(cfg, params):
-    x_NF, senders_E, receivers_E = SMALL_ARRAYS
+    x_NF, edges = SMALL_ARRAYS
     h_NC = jax.nn.gelu(x_NF @ params["lin_in"]["w"] + params["lin_in"]["b"])
-    return h_NC.reshape(-1, cfg.stalk, cfg.hidden), senders_E, receivers_E
+    return h_NC.reshape(-1, cfg.stalk, cfg.hidden), edges
 
 
 def test_source_equals_target_ties_maps():
     cfg = CONFIGS["csnn_source_equals_target"]
     params = model.init(cfg, jax.random.PRNGKey(0))
     assert "phi_s" not in params["layers"][0]
-    x_NDC, s_E, r_E = _first_layer_state(cfg, params)
-    T_NDD, S_NDD, cT_N, cS_N = model.csnn_maps(cfg, params["layers"][0], x_NDC, s_E, r_E)
+    x_NDC, edges = _first_layer_state(cfg, params)
+    T_NDD, S_NDD, cT_N, cS_N = model.csnn_maps(cfg, params["layers"][0], x_NDC, edges)
     np.testing.assert_array_equal(T_NDD, S_NDD)
     np.testing.assert_array_equal(cT_N, cS_N)
     # The default config, same params, has distinct learners hence distinct maps.
     full = model.init(CONFIGS["csnn"], jax.random.PRNGKey(0))
-    T_NDD, S_NDD, _, _ = model.csnn_maps(CONFIGS["csnn"], full["layers"][0], x_NDC, s_E, r_E)
+    T_NDD, S_NDD, _, _ = model.csnn_maps(CONFIGS["csnn"], full["layers"][0], x_NDC, edges)
     assert np.abs(T_NDD - S_NDD).max() > 1e-3
 
 
@@ -117,11 +120,11 @@ def test_single_operator_and_conformal_change_output():
     # conformal=False: c = 1 for every node, and one fewer learner output.
     cfg = CONFIGS["csnn_not_conformal"]
     params_nc = model.init(cfg, jax.random.PRNGKey(0))
-    x_NDC, s_E, r_E = _first_layer_state(cfg, params_nc)
-    _, _, cT_N, cS_N = model.csnn_maps(cfg, params_nc["layers"][0], x_NDC, s_E, r_E)
+    x_NDC, edges = _first_layer_state(cfg, params_nc)
+    _, _, cT_N, cS_N = model.csnn_maps(cfg, params_nc["layers"][0], x_NDC, edges)
     np.testing.assert_array_equal(cT_N, 1.0)
     np.testing.assert_array_equal(cS_N, 1.0)
-    _, _, cT_N, _ = model.csnn_maps(base_cfg, params["layers"][0], x_NDC, s_E, r_E)
+    _, _, cT_N, _ = model.csnn_maps(base_cfg, params["layers"][0], x_NDC, edges)
     assert np.abs(cT_N - 1.0).max() > 1e-3
 
 

@@ -93,9 +93,10 @@ def test_diffusion_matches_dense_operators():
     T_NDD, S_NDD, cT_N, cS_N, x_NDC = _maps(jax.random.PRNGKey(2))
     a_MM, b_MM = sheaf.dense_operator(T_NDD, S_NDD, cT_N, cS_N, adjacency_NN)
     x_MC = np.asarray(x_NDC, np.float64).reshape(NUM_NODES * D, C)
-    got_a = sheaf.operator_a(x_NDC, T_NDD, S_NDD, cT_N, senders_E, receivers_E)
+    edges = graph_ops.Edges(senders_E, receivers_E)
+    got_a = sheaf.operator_a(x_NDC, T_NDD, S_NDD, cT_N, edges)
     np.testing.assert_allclose(np.asarray(got_a).reshape(-1, C), a_MM @ x_MC, atol=ATOL)
-    got = sheaf.diffusion(x_NDC, T_NDD, S_NDD, cT_N, cS_N, senders_E, receivers_E)
+    got = sheaf.diffusion(x_NDC, T_NDD, S_NDD, cT_N, cS_N, edges)
     np.testing.assert_allclose(np.asarray(got).reshape(-1, C), b_MM @ a_MM @ x_MC, atol=ATOL)
     # A and B differ (different normalisers) and are not symmetric in T, S: the check has teeth.
     assert np.abs(a_MM - b_MM).max() > 1e-2
@@ -103,7 +104,8 @@ def test_diffusion_matches_dense_operators():
 
 def _diffuse(T_NDD, S_NDD, cT_N, cS_N, x_NDC):
     senders_E, receivers_E, _ = GRAPH
-    return np.asarray(sheaf.diffusion(x_NDC, T_NDD, S_NDD, cT_N, cS_N, senders_E, receivers_E))
+    edges = graph_ops.Edges(senders_E, receivers_E)
+    return np.asarray(sheaf.diffusion(x_NDC, T_NDD, S_NDD, cT_N, cS_N, edges))
 
 
 def test_silent_node_is_not_heard_but_still_listens():
@@ -146,8 +148,7 @@ def test_permutation_equivariance():
         S_NDD[perm_N],
         cT_N[perm_N],
         cS_N[perm_N],
-        senders_E,
-        receivers_E,
+        graph_ops.Edges(senders_E, receivers_E),
     )
     np.testing.assert_allclose(got_NDC, base_NDC[perm_N], atol=ATOL)
 
@@ -169,7 +170,7 @@ def test_identity_maps_give_the_psd_normalised_laplacian():
     # The edge-list operator agrees with that Laplacian too.
     senders_E, receivers_E, _ = GRAPH
     x_NDC = jax.random.normal(jax.random.PRNGKey(6), (NUM_NODES, D, C))
-    got = sheaf.operator_a(x_NDC, eye_NDD, eye_NDD, ones_N, senders_E, receivers_E)
+    got = sheaf.operator_a(x_NDC, eye_NDD, eye_NDD, ones_N, graph_ops.Edges(senders_E, receivers_E))
     want = expected_MM @ np.asarray(x_NDC, np.float64).reshape(-1, C)
     np.testing.assert_allclose(np.asarray(got).reshape(-1, C), want, atol=ATOL)
 
@@ -179,11 +180,12 @@ def test_gcn_and_sage_match_dense():
     k_x, k_g, k_s = jax.random.split(jax.random.PRNGKey(7), 3)
     x_NF = jax.random.normal(k_x, (NUM_NODES, 4))
     x64_NF = np.asarray(x_NF, np.float64)
-    np.testing.assert_array_equal(graph_ops.degree(receivers_E, NUM_NODES), adjacency_NN.sum(1))
+    edges = graph_ops.Edges(senders_E, receivers_E)
+    np.testing.assert_array_equal(graph_ops.degree(edges, NUM_NODES), adjacency_NN.sum(1))
 
     gcn = graph_ops.init_gcn(k_g, 4, 5)
     gcn["b"] = jnp.arange(5.0)  # a nonzero bias, so dropping it fails
-    got = graph_ops.gcn_layer(gcn, x_NF, senders_E, receivers_E, NUM_NODES)
+    got = graph_ops.gcn_layer(gcn, x_NF, edges, NUM_NODES)
     a_hat_NN = adjacency_NN + np.eye(NUM_NODES)
     inv_sqrt_N = 1.0 / np.sqrt(a_hat_NN.sum(1))
     want = (inv_sqrt_N[:, None] * a_hat_NN * inv_sqrt_N) @ x64_NF @ np.asarray(
@@ -193,7 +195,7 @@ def test_gcn_and_sage_match_dense():
 
     sage = graph_ops.init_sage(k_s, 4, 5)
     sage["b"] = jnp.arange(5.0)
-    got = graph_ops.sage_layer(sage, x_NF, senders_E, receivers_E, NUM_NODES)
+    got = graph_ops.sage_layer(sage, x_NF, edges, NUM_NODES)
     mean_NN = adjacency_NN / np.maximum(adjacency_NN.sum(1, keepdims=True), 1.0)
     want = (
         x64_NF @ np.asarray(sage["w_self"])
@@ -230,7 +232,10 @@ def test_nsd_laplacian_matches_dense_and_is_psd():
 
     x_NDC = jax.random.normal(jax.random.PRNGKey(9), (NUM_NODES, D, C))
     got = sheaf.nsd_laplacian_apply(
-        x_NDC, jnp.asarray(src, jnp.float32), jnp.asarray(dst, jnp.float32), senders_E, receivers_E
+        x_NDC,
+        jnp.asarray(src, jnp.float32),
+        jnp.asarray(dst, jnp.float32),
+        graph_ops.Edges(senders_E, receivers_E),
     )
     want = delta @ np.asarray(x_NDC, np.float64).reshape(-1, C)
     np.testing.assert_allclose(np.asarray(got).reshape(-1, C), want, atol=1e-4)
