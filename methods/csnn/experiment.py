@@ -291,12 +291,13 @@ def plot(table: dict, path: str) -> None:
     ax = axes.pop(0)
     ax.barh(list(mine), list(mine.values()), color="tab:blue")
     ax.set_xlim(min(mine.values()) - 0.05, 1.0)
-    ax.set_xlabel("Minesweeper test AUROC (mean over splits)")
+    ax.set_xlabel("Minesweeper test AUROC, mean over the splits each model ran")
     if has_tree:
         ax = axes.pop(0)
         for m, by_depth in table["tree_accuracy"].items():
             depths = sorted(by_depth)
             ax.plot(depths, [by_depth[d] for d in depths], marker="o", label=m)
+        ax.set_xticks(sorted({d for v in table["tree_accuracy"].values() for d in v}))
         ax.set_xlabel("tree depth")
         ax.set_ylabel("Tree-NeighborsMatch test accuracy")
         ax.set_ylim(0, 1.05)
