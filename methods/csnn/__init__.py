@@ -105,8 +105,7 @@ def make_evaluate(cfg: model.ModelConfig, task: tasks.Task, config, graph=None, 
         out_BNO = predict(state.params, jnp.asarray(batch["x"]))
         if task.name == "barbell":
             mse = float(jnp.mean(jnp.square(out_BNO - batch["y"])))
-            baseline = data.constant_baseline_mse(6, 3, normalise=True)
-            return {"test_mse": mse, "constant_mse": baseline}
+            return {"test_mse": mse, "constant_mse": tasks.barbell_constant_mse()}
         predicted_B = np.asarray(jnp.argmax(out_BNO[:, 0, :], -1))
         return {"test_accuracy": float(np.mean(predicted_B == batch["y"]))}
 

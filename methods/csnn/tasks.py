@@ -95,7 +95,15 @@ def auroc(y_N, score_N) -> float:
 # --- Barbell ---------------------------------------------------------------------------------
 
 
-def barbell_task(clique_size: int = 6, features: int = 3) -> Task:
+BARBELL_CLIQUE, BARBELL_FEATURES = 6, 3  # the notes' barbell_graph(6, 0) with 3 features
+
+
+def barbell_constant_mse() -> float:
+    """The best constant predictor's exact test MSE on the normalised barbell task."""
+    return data.constant_baseline_mse(BARBELL_CLIQUE, BARBELL_FEATURES, normalise=True)
+
+
+def barbell_task(clique_size: int = BARBELL_CLIQUE, features: int = BARBELL_FEATURES) -> Task:
     template = data.barbell(np.random.default_rng(0), clique_size, features)
 
     def example(rng):
