@@ -106,7 +106,7 @@ def split_csnn(layer, x_NDC, edges, repeats: int) -> dict:
     on fixed maps (the mixing and the residual update, both elementwise-cheap, are left out)."""
     maps_fn = functools.partial(model.csnn_maps, CSNN_CFG)
     maps = jax.jit(maps_fn)(layer, x_NDC, edges)
-    mixed_NDC = model._mix(layer, x_NDC)
+    mixed_NDC = model.mix_channels(layer, x_NDC)
     return {
         "csnn_maps_seconds": _time(maps_fn, (layer, x_NDC, edges), repeats),
         "csnn_operators_seconds": _time(sheaf.diffusion, (mixed_NDC, *maps, edges), repeats),

@@ -117,8 +117,8 @@ def _init_mixing(key, d: int, c: int, left_weights: bool) -> dict:
     return mixing
 
 
-def _mix(params: dict, x_NDC):
-    """X_i <- W_L X_i W_R, no bias."""
+def mix_channels(params: dict, x_NDC):
+    """X_i <- W_L X_i W_R, no bias: the layer's channel (and, with left weights, stalk) mixing."""
     x_NDC = x_NDC @ params["w_right"]
     if "w_left" not in params:
         return x_NDC
@@ -195,7 +195,7 @@ def csnn_layer(cfg, layer: dict, x_NDC, edges, rng=None):
     rng_in, rng_maps, rng_out = _split(rng, 3)
     x_NDC = _dropout(x_NDC, cfg.dropout, rng_in)
     T_NDD, S_NDD, cT_N, cS_N = csnn_maps(cfg, layer, x_NDC, edges, rng_maps)
-    mixed_NDC = _mix(layer, x_NDC)
+    mixed_NDC = mix_channels(layer, x_NDC)
     if cfg.single_operator:
         z_NDC = sheaf.operator_a(mixed_NDC, T_NDD, S_NDD, cT_N, edges)
     else:
@@ -242,7 +242,7 @@ def nsd_layer(cfg, layer: dict, x_NDC, edges, rng=None):
     rng_in, rng_out = _split(rng, 2)
     x_NDC = _dropout(x_NDC, cfg.dropout, rng_in)
     F_src_EDD, F_dst_EDD = nsd_maps(cfg, layer, x_NDC, edges)
-    delta_NDC = sheaf.nsd_laplacian_apply(_mix(layer, x_NDC), F_src_EDD, F_dst_EDD, edges)
+    delta_NDC = sheaf.nsd_laplacian_apply(mix_channels(layer, x_NDC), F_src_EDD, F_dst_EDD, edges)
     return _residual_update(cfg, layer, x_NDC, delta_NDC, rng_out)
 
 
