@@ -10,9 +10,9 @@ from methods.csnn import experiment
 def test_reduced_minesweeper_run_beats_gcn(tmp_path):
     report = experiment.run(str(tmp_path), quick=True)
     clearly, every_split = report.claims
-    # The margin is experiment.QUICK_MARGIN (2 AUROC points; measured .936 vs .903 at step 150
-    # outside the suite, 2026-11-30): a CSNN that lost its cooperative maps or its second
-    # operator would not keep it (README: the ablations and GCN sit 2-4 points lower).
+    # The margin is experiment.QUICK_MARGIN (2 AUROC points; measured CSNN .9425 vs GCN .9042
+    # at step 150, the first 150 steps of the full run's split 0, README): a CSNN that lost its
+    # separate source and target maps would not keep it (README: S = T is 2 points lower).
     assert clearly.holds, (clearly.measured, report.metrics["minesweeper"])
     assert every_split.holds
     for runs in report.metrics["minesweeper"].values():
@@ -30,3 +30,22 @@ def test_finished_runs_are_read_back_not_retrained(tmp_path):
     config = experiment.config_for("tree", "csnn", 1, depth=2)
     config.train.steps = -1
     assert experiment.train_eval_rows(config, str(run_dir)) == rows
+
+
+def test_ablations_are_paired_with_csnn_by_split_not_by_order():
+    def runs(tests: dict) -> list[dict]:
+        return [{"split": k, "test": v, "step": 1} for k, v in tests.items()]
+
+    mine = {
+        "csnn": runs({0: 0.90, 1: 0.80, 2: 0.70}),
+        "gcn": runs({2: 0.60, 0: 0.85, 1: 0.75}),  # 0.10, 0.05, 0.05 below, listed out of order
+        "csnn:single_operator": runs({1: 0.79}),
+    }
+    paired = experiment.paired_minus_csnn(mine)
+    assert set(paired) == {"gcn", "csnn:single_operator"}
+    # Differences -0.05, -0.05, -0.10: SD 0.05 / sqrt(3), SE 1/60. Pairing in list order would
+    # give -0.30, +0.05, +0.05 (the same mean, SE 0.117). 1e-12: float sums of three decimals.
+    assert abs(paired["gcn"]["mean"] - (-0.20 / 3)) < 1e-12
+    assert abs(paired["gcn"]["se"] - 1 / 60) < 1e-12 and paired["gcn"]["splits"] == 3
+    assert abs(paired["csnn:single_operator"]["mean"] - (-0.01)) < 1e-12
+    assert paired["csnn:single_operator"]["se"] is None  # one split: no spread to report
