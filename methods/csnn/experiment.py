@@ -139,6 +139,24 @@ def barbell_run(model: str, seed: int, s: Setting, workdir: str) -> float:
     return train_eval_rows(config, workdir)[-1]["eval/test_mse"]
 
 
+def minesweeper_logged(model: str, split: int, s: Setting, workdir: str) -> dict:
+    path = os.path.join(workdir, f"mine-{model}-{split}")
+    result = dict(minesweeper_run(model, split, s, path), split=split)
+    print(f"minesweeper split {split} {model}: {result}", flush=True)
+    return result
+
+
+def parse_runs(spec: str) -> list[tuple[str, int]]:
+    """`csnn@4,csnn:not_conformal@1` -> [("csnn", 4), ("csnn:not_conformal", 1)]."""
+    runs = []
+    for item in spec.split(","):
+        model, _, split = item.partition("@")
+        if model.partition(":")[0] not in ("csnn", "gcn", "sage", "nsd") or not split.isdigit():
+            raise ValueError(f"--runs item {item!r} is not <model>@<split>, e.g. csnn@4")
+        runs.append((model, int(split)))
+    return runs
+
+
 def mean(values) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
@@ -156,9 +174,7 @@ def measure(workdir: str, s: Setting, parts=PARTS) -> tuple[dict, dict, dict]:
     for splits, models in (grid[part] for part in grid if part in parts):
         for split in splits:
             for m in models:
-                path = os.path.join(workdir, f"mine-{m}-{split}")
-                mine[m].append(dict(minesweeper_run(m, split, s, path), split=split))
-                print(f"minesweeper split {split} {m}: {mine[m][-1]}", flush=True)
+                mine[m].append(minesweeper_logged(m, split, s, workdir))
     tree = {m: {} for m in s.tree_models}
     for depth in s.tree_depths if "tree" in parts else ():
         for m in s.tree_models:
@@ -342,5 +358,11 @@ if __name__ == "__main__":
     # Some of FULL's runs in this process, e.g. `--parts=tree,barbell` beside another process
     # running `--parts=minesweeper` on the same workdir (small graphs leave a core idle); then
     # `launch.reproduce --methods=csnn` with that workdir reads every run back from its cache.
+    # `--runs=nsd@5,csnn:single_operator@2` runs chosen Minesweeper (model, split) pairs
+    # instead, to share out the grid between processes by hand.
     args = dict(a.removeprefix("--").split("=", 1) for a in sys.argv[1:])
-    measure(args["workdir"], FULL, tuple(args.get("parts", ",".join(PARTS)).split(",")))
+    if "runs" in args:
+        for model, split in parse_runs(args["runs"]):
+            minesweeper_logged(model, split, FULL, args["workdir"])
+    else:
+        measure(args["workdir"], FULL, tuple(args.get("parts", ",".join(PARTS)).split(",")))

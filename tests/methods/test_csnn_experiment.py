@@ -4,6 +4,8 @@
 import json
 import os
 
+import pytest
+
 from methods.csnn import experiment
 
 
@@ -49,3 +51,13 @@ def test_ablations_are_paired_with_csnn_by_split_not_by_order():
     assert abs(paired["gcn"]["se"] - 1 / 60) < 1e-12 and paired["gcn"]["splits"] == 3
     assert abs(paired["csnn:single_operator"]["mean"] - (-0.01)) < 1e-12
     assert paired["csnn:single_operator"]["se"] is None  # one split: no spread to report
+
+
+def test_run_lists_parse_and_reject_malformed_items():
+    assert experiment.parse_runs("csnn@4,csnn:not_conformal@12") == [
+        ("csnn", 4),
+        ("csnn:not_conformal", 12),
+    ]
+    for bad in ("csnn", "csnn@x", "gat@1", "csnn@-1"):
+        with pytest.raises(ValueError, match="is not <model>@<split>"):
+            experiment.parse_runs(bad)
