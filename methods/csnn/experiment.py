@@ -151,7 +151,9 @@ def parse_runs(spec: str) -> list[tuple[str, int]]:
     runs = []
     for item in spec.split(","):
         model, _, split = item.partition("@")
-        if model.partition(":")[0] not in ("csnn", "gcn", "sage", "nsd") or not split.isdigit():
+        kind, _, ablation = model.partition(":")
+        known = kind in csnn_config.KINDS and (not ablation or ablation in csnn_config.ABLATIONS)
+        if not known or not split.isdigit():
             raise ValueError(f"--runs item {item!r} is not <model>@<split>, e.g. csnn@4")
         runs.append((model, int(split)))
     return runs
@@ -189,15 +191,20 @@ def measure(workdir: str, s: Setting, parts=PARTS) -> tuple[dict, dict, dict]:
     return mine, tree, barbell
 
 
+def minus_csnn_by_split(mine: dict, model: str) -> dict[int, float]:
+    """{split: test AUROC of `model` minus CSNN's on that split}, paired by split, not order."""
+    csnn = {r["split"]: r["test"] for r in mine["csnn"]}
+    return {r["split"]: r["test"] - csnn[r["split"]] for r in mine[model]}
+
+
 def paired_minus_csnn(mine: dict) -> dict:
     """Per model: its test AUROC minus CSNN's on the same splits, mean and standard error over
     the splits it ran (pairing removes the split-to-split spread, which is larger than the
     differences between CSNN and its ablations)."""
-    csnn = {r["split"]: r["test"] for r in mine["csnn"]}
     out = {}
-    for m, runs in mine.items():
-        diffs = [r["test"] - csnn[r["split"]] for r in runs]
-        if m == "csnn" or not diffs:
+    for m in mine:
+        diffs = list(minus_csnn_by_split(mine, m).values()) if m != "csnn" else []
+        if not diffs:
             continue
         se = float(np.std(diffs, ddof=1) / np.sqrt(len(diffs))) if len(diffs) > 1 else None
         out[m] = {"mean": mean(diffs), "se": se, "splits": len(diffs)}
@@ -214,7 +221,7 @@ def run(workdir: str, quick: bool = False) -> Report:
         },
         "minesweeper_minus_csnn_paired": paired_minus_csnn(mine),
         "minesweeper_csnn_minus_gcn_by_split": [
-            c["test"] - g["test"] for c, g in zip(mine["csnn"], mine["gcn"], strict=True)
+            -d for d in minus_csnn_by_split(mine, "gcn").values()
         ],
         "tree_accuracy": tree,
         "barbell_test_mse": {m: mean(v) for m, v in barbell.items()},

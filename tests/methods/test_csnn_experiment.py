@@ -58,6 +58,6 @@ def test_run_lists_parse_and_reject_malformed_items():
         ("csnn", 4),
         ("csnn:not_conformal", 12),
     ]
-    for bad in ("csnn", "csnn@x", "gat@1", "csnn@-1"):
+    for bad in ("csnn", "csnn@x", "gat@1", "csnn@-1", "csnn:bogus@1"):
         with pytest.raises(ValueError, match="is not <model>@<split>"):
             experiment.parse_runs(bad)
