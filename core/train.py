@@ -5,9 +5,7 @@ jitted step with donation, and the data iterator turned into global arrays. A no
 by hand:
 
     session = core.train.init(config, method)
-    state = session.state
-    for _ in range(10):
-        state, metrics = session.step(state, session.next_batch())
+    rows = session.train(10)          # session.state is now the state after 10 steps
 """
 
 import dataclasses
@@ -20,6 +18,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from core import data, optim, sharding
+from core import metrics as metrics_lib
 from core import workdir as workdir_lib
 from core.checkpoint import Checkpointer, abstract_with_shardings
 from core.errors import ConfigError
@@ -46,6 +45,16 @@ class Session:
 
     def next_batch(self):
         return data.to_global(next(self.data_iter), self.batch_sharding)
+
+    def train(self, num_steps: int = 1) -> list[dict[str, float]]:
+        """Advance `self.state` by `num_steps` steps on the next batches; returns each step's
+        metrics as host floats. The session always holds the current state (the jitted step
+        donates the old one), so a notebook cell calling this can be run again."""
+        rows = []
+        for _ in range(num_steps):
+            self.state, metrics = self.step(self.state, self.next_batch())
+            rows.append({"step": int(self.state.step), **metrics_lib.to_host(metrics)})
+        return rows
 
 
 @dataclasses.dataclass
