@@ -75,6 +75,9 @@ def base_config(mesh: str = "auto") -> ConfigDict:
     c.train.eval_every = 0  # >0: every N steps and at the end; 0: at the end; <0: never
     c.train.checkpoint_every = 500  # 0: never
     c.train.keep_checkpoints = 2
+    # Another run's workdir (or its checkpoints/ folder): start from the params of its newest
+    # good checkpoint, placed in this run's layout; optimiser state and step start fresh.
+    c.train.init_from = ""
 
     c.optim = ConfigDict()
     c.optim.name = "adamw"

@@ -76,16 +76,21 @@ def _barrier(name: str) -> None:
 
 
 class Checkpointer:
-    def __init__(self, directory: str, *, max_to_keep: int = 2, async_save: bool = True):
+    def __init__(
+        self, directory: str, *, max_to_keep: int = 2, async_save: bool = True, create=True
+    ):
         self.directory = epath.Path(os.path.abspath(directory))
+        self._read_only = not create  # another run's folder (init_from): never pruned
+        if self._read_only and not self.directory.is_dir():
+            raise ConfigError(f"no checkpoint folder {self.directory}")
         self.max_to_keep = max_to_keep
         self._async = async_save
         self._sealing: int | None = None
         options = ocp.CheckpointManagerOptions(
             max_to_keep=None,  # pruning is ours: only once a newer step is committed
             enable_async_checkpointing=async_save,
-            create=True,
-            cleanup_tmp_directories=True,  # half-written saves of a killed run
+            create=create,
+            cleanup_tmp_directories=create,  # half-written saves of a killed run (ours only)
             async_options=(
                 ocp.AsyncOptions(post_finalization_callback=self._seal_pending)
                 if async_save
@@ -133,7 +138,7 @@ class Checkpointer:
 
     def _prune(self) -> None:
         """Keep the newest `max_to_keep` committed steps (committed = renamed into place)."""
-        if jax.process_index() != 0:
+        if jax.process_index() != 0 or self._read_only:
             return
         steps = self._steps_on_disk()
         for old in steps[: max(len(steps) - self.max_to_keep, 0)]:
@@ -216,6 +221,41 @@ class Checkpointer:
             DamagedCheckpointWarning,
             stacklevel=3,
         )
+
+    def restore_params(self, abstract_params: Any) -> Any:
+        """The `params` of the newest step that verifies, into `abstract_params`' shapes and
+        shardings (the rest of that run's state, e.g. another optimiser's, is not read). For
+        starting a run from another run's weights (`train.init_from`); nothing is moved or
+        deleted in that run's folder."""
+        for step in sorted(self._steps_on_disk(), reverse=True):
+            if self.verify(step) is not None:
+                continue
+            restore_args = jax.tree.map(
+                lambda x: ocp.ArrayRestoreArgs(sharding=x.sharding, global_shape=x.shape),
+                abstract_params,
+            )
+            try:
+                restored = ocp.PyTreeCheckpointer().restore(
+                    self.directory / str(step) / "state",
+                    args=ocp.args.PyTreeRestore(
+                        item={"params": abstract_params},
+                        restore_args={"params": restore_args},
+                        partial_restore=True,
+                    ),
+                )
+            except (ValueError, KeyError) as e:  # another model's parameter tree
+                raise ConfigError(
+                    f"the params in {self.directory / str(step)} do not fit this model: "
+                    f"{str(e).splitlines()[0][:200]}"
+                ) from None
+            return restored["params"]
+        raise ConfigError(f"no good checkpoint in {self.directory} to take parameters from")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def saved_config(self, step: int | None = None) -> dict | None:
         step = self.latest_step() if step is None else step

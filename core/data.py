@@ -96,6 +96,36 @@ def in_memory(
     return iter(dataset.to_iter_dataset())
 
 
+def one_pass(
+    arrays: dict[str, np.ndarray], *, global_batch: int, shard: tuple[int, int] = (0, 1)
+) -> Iterator[dict[str, np.ndarray]]:
+    """Every example once, in order, for evaluation: ceil(n / global_batch) global batches of
+    this process's share, the last padded with zero rows; `"mask"` (bool) is False on padding,
+    so an `eval_step` weighs real rows only. Nothing is dropped."""
+    sizes = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in arrays.items()}
+    if len(set(sizes.values())) != 1 or None in sizes.values():
+        raise ConfigError(f"one_pass: arrays need one shared leading dimension, got {sizes}")
+    if "mask" in arrays:
+        raise ConfigError("one_pass adds the 'mask' entry itself; rename the array called mask")
+    n = next(iter(sizes.values()))
+    index, count = shard
+    if global_batch % count:
+        raise ConfigError(
+            f"eval batch of {global_batch} is not divisible by the process count {count}"
+        )
+    local = global_batch // count
+    for start in range(0, n, global_batch):
+        rows = np.arange(start + index * local, start + (index + 1) * local)
+        real = rows < n
+        batch = {}
+        for k, v in arrays.items():
+            v = np.asarray(v)
+            part = np.zeros((local, *v.shape[1:]), v.dtype)
+            part[real] = v[rows[real]]
+            batch[k] = part
+        yield {**batch, "mask": real}
+
+
 def global_spec(local_batch: dict[str, Any], process_count: int | None = None):
     """ShapeDtypeStructs of the global batch given one process-local batch."""
     count = jax.process_count() if process_count is None else process_count

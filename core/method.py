@@ -1,34 +1,65 @@
 """The Method protocol: a method is a bundle of pure functions, like `optax.GradientTransformation`.
 
-The core jits and shards these functions; it never branches on which method it runs.
+The core jits and shards these functions; it never branches on which method it runs. Every
+field but `init` is optional, so one protocol covers gradient descent, closed-form fits,
+alternating (GAN-like) updates, host-steered schedules and methods that train nothing.
 
 - ``init(rng, batch_spec) -> {"params": ..., **extra}``: `batch_spec` is a pytree of
-  `jax.ShapeDtypeStruct` describing one global batch. Must be `jax.eval_shape`-safe.
+  `jax.ShapeDtypeStruct` describing one global batch. Traced leaves (random init) are built
+  under `jit`, sharded from the start; leaves that are already concrete arrays (numpy, or
+  pretrained weights loaded from a file) are placed by the core with their shardings, never
+  baked into the program. `init` is traced more than once: cache file loads inside it.
 - ``loss(params, batch, *, rng, extra) -> (scalar, metrics)``: metrics is a flat dict of scalars.
-  A `"num_tokens"` metric, if present, is summed by the logger to report tokens/s.
-- ``step(state, batch, *, rng) -> (state, metrics)``: optional; `None` means
-  `core.steps.gradient_step(loss, tx)`. Methods that are not plain gradient descent bring their own.
-- ``tx``: optional optax transformation; `None` means `core.optim.make(config.optim)`.
+  A `"num_tokens"` metric, if present, is summed by the logger to report tokens/s. With no
+  `step`, the core trains with `core.steps.gradient_step(loss, tx)`.
+- ``step(state, batch, *, rng) -> (state, metrics)``: a method that is not plain gradient
+  descent brings its own (closed-form fits, RL, branches chosen by `core.steps.switch`).
+- ``tx``: the optimiser. With the core's gradient step, `None` means
+  `core.optim.make(config.optim)`. With a method's own `step`, `None` means no optimiser state
+  (`state.opt_state` is an empty `optax.EmptyState()`), a transformation gives
+  `state.opt_state = tx.init(params)`, and a dict of named transformations gives a dict of
+  named states (e.g. generator and discriminator, or a warm start and RL).
 - ``dataset(split, *, shard, seed) -> iterator of numpy dicts``: the per-process batches.
-  `shard = (process_index, process_count)`. Iterators with `get_state`/`set_state` (grain) are
-  checkpointed with the run, so a resumed run sees the same data order.
-- ``evaluate(state, *, seed) -> metrics``: optional host-level evaluation, called every
-  `config.train.eval_every` steps and at the end.
+  `shard = (process_index, process_count)`. "train" is endless; "eval" (read by `eval_step`)
+  is finite. Iterators with `get_state`/`set_state` (grain) are checkpointed with the run.
+- ``eval_step(state, batch, *, rng) -> {name: (sum, weight)}``: evaluation run by the core:
+  jitted over `dataset("eval")` with the batch sharded like training's, its outputs
+  replicated; the host adds sums and weights over batches and reports `sum / weight`. Works
+  on any mesh and any number of processes.
+- ``evaluate(state, *, seed) -> metrics``: host-level evaluation for what cannot be jitted
+  (e.g. an AUROC over all scores). Both evaluations run every `config.train.eval_every`
+  steps and at the end; their metrics are merged.
+- ``hook(state, *, step) -> state | None``: host code between steps (after step `step`, before
+  its checkpoint), e.g. a surrogate choosing the next optimiser or a curriculum. Returning a
+  state replaces the current one (the core places it with the state's shardings); its
+  decisions must be functions of the state, which is checkpointed, so a resumed run repeats
+  them exactly.
 - ``sharding_rules``: extra `(regex, PartitionSpec)` pairs for tensor parallelism, matched with
   `re.search` against "/"-joined leaf paths of the whole train state.
+
+A method with neither `loss` nor `step` trains nothing: `core.train.run` then runs an
+evaluation of its initial state (a detector verifier, a decoding rule, a benchmark scorer).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import optax
 
+Optimiser = optax.GradientTransformation | Mapping[str, optax.GradientTransformation]
+
 
 class Method(NamedTuple):
     init: Callable[..., dict[str, Any]]
-    loss: Callable[..., tuple[Any, dict[str, Any]]]
+    loss: Callable[..., tuple[Any, dict[str, Any]]] | None = None
     step: Callable[..., tuple[Any, dict[str, Any]]] | None = None
-    tx: optax.GradientTransformation | None = None
+    tx: Optimiser | None = None
     dataset: Callable[..., Any] | None = None
     evaluate: Callable[..., dict[str, Any]] | None = None
     sharding_rules: tuple = ()
+    eval_step: Callable[..., dict[str, Any]] | None = None
+    hook: Callable[..., Any] | None = None
+
+    @property
+    def trains(self) -> bool:
+        return self.loss is not None or self.step is not None

@@ -4,7 +4,7 @@
 the previous step's (whose computation has finished or nearly so), so logging never stalls the
 device pipeline. Every step's loss is checked: a non-finite value stops the run with an error
 naming the step. Any other metric that is NaN, of a step or an evaluation, is left out of the
-row: NaN is how a step says "not measured at this step" (`core.steps.phased` fills another
+row: NaN is how a step says "not measured at this step" (`core.steps.switch` fills another
 phase's keys with it) and how a metric says "undefined here" (an AUROC over one class).
 """
 

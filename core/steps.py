@@ -5,10 +5,12 @@ increments it after the method's step) and derives `rng` from `fold_in(state.rng
 so steps never manage either.
 """
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from core.errors import ConfigError
@@ -87,66 +89,109 @@ def with_schedules(step: Callable, schedules: dict[str, Callable]) -> Callable:
     return scheduled_step
 
 
-def stacked(*txs: optax.GradientTransformation) -> optax.GradientTransformation:
-    """The optimiser of a `phased` method: its state is one state per phase (a tuple).
+def init_opt_state(tx, params):
+    """The optimiser state of `Method.tx`: none (`optax.EmptyState()`), one transformation's,
+    or a dict of named transformations' states."""
+    if tx is None:
+        return optax.EmptyState()
+    if isinstance(tx, Mapping):
+        return {name: t.init(params) for name, t in tx.items()}
+    return tx.init(params)
 
-    Only `init` is meaningful; each phase's step updates with its own transformation.
+
+def by_step(lengths: Sequence[int]) -> Callable:
+    """`choose` for `switch`: branch k runs for `lengths[k]` steps after branch k - 1; the last
+    branch runs on from there (e.g. `by_step([200])`: 200 warm-start steps, then RL)."""
+    for n in lengths:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ConfigError(f"by_step: lengths must be ints >= 0, got {list(lengths)}")
+    ends = np.cumsum(lengths, dtype=np.int64)
+
+    def choose(state):
+        return jnp.sum(state.step >= jnp.asarray(ends, jnp.int32)).astype(jnp.int32)
+
+    return choose
+
+
+def at_branch_start(lengths: Sequence[int]) -> Callable:
+    """`reset` for `switch` with `by_step(lengths)`: true at the first step of every branch, so
+    each one starts from a fresh optimiser state (and a schedule restarted from its step 0)."""
+    starts = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+
+    def reset(state):
+        return jnp.any(state.step == jnp.asarray(starts, jnp.int32))
+
+    return reset
+
+
+def from_extra(key: str = "branch") -> Callable:
+    """`choose` for `switch` on a host decision: the branch index a `Method.hook` wrote into
+    `state.extra[key]` (an int32 scalar the method's `init` creates)."""
+    return lambda state: state.extra[key]
+
+
+def switch(
+    branches: Sequence[Callable],
+    choose: Callable,
+    *,
+    opt_keys: Sequence[str | None] | None = None,
+    reset: Callable | None = None,
+    tx=None,
+) -> Callable:
+    """One step that runs `branches[choose(state)]`: the decision is traced (`by_step`: a
+    schedule over the step count) or the host's (`from_extra`: written by a `Method.hook`).
+
+    Optimiser states: branch k sees `state.opt_state[opt_keys[k]]` (a method's dict `tx`: one
+    state per optimiser, branches may share one) or, without `opt_keys`, the whole opt_state.
+    With `reset` (a traced bool of the state, e.g. `at_branch_start`), the chosen branch's
+    optimiser state is re-initialised from `tx` (the method's tx, a dict when `opt_keys` is
+    given) before it runs.
+
+    Every branch is compiled into one executable and `lax.switch` runs one. Metrics are the
+    union of the branches' keys, NaN where the running branch has none (the metrics logger
+    leaves those out), plus "branch".
     """
+    if not branches:
+        raise ConfigError("switch: give at least one branch")
+    if opt_keys is not None and len(opt_keys) != len(branches):
+        raise ConfigError(f"switch: {len(opt_keys)} opt_keys for {len(branches)} branches")
+    if reset is not None and tx is None:
+        raise ConfigError("switch: reset needs tx, the transformation(s) to re-initialise")
+    key_of = lambda k: None if opt_keys is None else opt_keys[k]
 
-    def init(params):
-        return tuple(tx.init(params) for tx in txs)
+    def own(opt_state, k):
+        key = key_of(k)
+        return opt_state if key is None else opt_state[key]
 
-    def update(updates, state, params=None):
-        raise TypeError("stacked(...) holds per-phase states; use each phase's own tx.update")
-
-    return optax.GradientTransformation(init, update)
-
-
-def phased(phases: Sequence[tuple[int | None, Callable]]) -> Callable:
-    """One step that runs `phases[k] = (num_steps, step_k)` in order, switching on `state.step`.
-
-    E.g. a supervised warm start, then RL: `phased([(200, sft_step), (None, grpo_step)])`; the
-    last phase may be open-ended (None). Phase k's step sees `state.opt_state[k]` as its
-    optimiser state (build the method's tx with `stacked(tx_0, tx_1, ...)`), so each phase has
-    its own optimiser and a schedule that starts at its first step. Both steps are compiled
-    into one executable; `lax.switch` runs one. Metrics are the union of the phases' keys, NaN
-    where the running phase has none (the metrics logger leaves those out), plus "phase".
-    """
-    if not phases or any(n is None for n, _ in phases[:-1]):
-        raise ConfigError("phased: give >= 1 phase; only the last may have num_steps=None")
-    for n, _ in phases:
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 0):
-            raise ConfigError(f"phased: num_steps must be an int >= 0 or None, got {n!r}")
-    ends = [n for n, _ in phases if n is not None]
-    boundaries = jnp.cumsum(jnp.asarray(ends, jnp.int32)) if ends else jnp.zeros((0,), jnp.int32)
+    def put(opt_state, k, value):
+        key = key_of(k)
+        return value if key is None else {**opt_state, key: value}
 
     def step(state, batch, *, rng):
-        def branch(k, inner):
-            def run(state):
-                sub = state.replace(opt_state=state.opt_state[k])
-                new, metrics = inner(sub, batch, rng=rng)
-                opt_state = tuple(
-                    new.opt_state if i == k else s for i, s in enumerate(state.opt_state)
+        def run(k, state):
+            opt_state = own(state.opt_state, k)
+            if reset is not None:
+                branch_tx = tx if key_of(k) is None else tx[key_of(k)]
+                # cond, not where: the fresh state is built only on the steps that need it.
+                opt_state = jax.lax.cond(
+                    reset(state), lambda: branch_tx.init(state.params), lambda: opt_state
                 )
-                return new.replace(opt_state=opt_state), metrics
+            new, metrics = branches[k](state.replace(opt_state=opt_state), batch, rng=rng)
+            return new.replace(opt_state=put(state.opt_state, k, new.opt_state)), metrics
 
-            return run
-
-        runs = [branch(k, inner) for k, (_, inner) in enumerate(phases)]
-        shapes = [jax.eval_shape(run, state)[1] for run in runs]
+        shapes = [jax.eval_shape(functools.partial(run, k), state)[1] for k in range(len(branches))]
         keys = sorted(set().union(*shapes))
 
         def padded(k):
-            def run(state):
-                new, metrics = runs[k](state)
+            def branch(state):
+                new, metrics = run(k, state)
                 filled = {key: metrics.get(key, jnp.float32(jnp.nan)) for key in keys}
                 filled = {key: jnp.asarray(v, jnp.float32) for key, v in filled.items()}
-                return new, {**filled, "phase": jnp.float32(k)}
+                return new, {**filled, "branch": jnp.float32(k)}
 
-            return run
+            return branch
 
-        # Phase index: how many phase ends the step has passed (the last phase absorbs the rest).
-        index = jnp.minimum(jnp.sum(state.step >= boundaries), len(phases) - 1)
-        return jax.lax.switch(index, [padded(k) for k in range(len(phases))], state)
+        # lax.switch clamps an index outside [0, len(branches)) to the nearest branch.
+        return jax.lax.switch(choose(state), [padded(k) for k in range(len(branches))], state)
 
     return step

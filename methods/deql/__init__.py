@@ -12,7 +12,10 @@
   one global batch (users padded with zero rows to `train.batch_size`); `step` is one
   closed-form fit: the Gram matrix of the batch (under a multi-device mesh, users sharded and
   summed with a psum inside `shard_map`), then `fit` in float64; W lives in the state as
-  float32 (ranking only); `evaluate` gives validation Recall@20/50 and NDCG@100.
+  float32 (ranking only). No loss and no optimiser: `state.opt_state` is empty. `eval_step`
+  gives validation Recall@20/50 and NDCG@100 on the mesh (users sharded, W as trained, e.g.
+  FSDP-sharded over several processes), over `dataset("eval")`: the validation users' fold-in
+  and held-out rows in one padded pass.
 
     python -m launch.train --config=configs/deql.py:model=deql --workdir=/tmp/deql
 """
@@ -23,7 +26,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import scipy.sparse as sp
 
 from core import data as core_data
@@ -158,10 +160,32 @@ def synthetic_interactions(users: int, items: int, seed: int, rank: int = 4) -> 
     return sp.csr_matrix(X)
 
 
-def dataset(split_name, *, shard, seed, X_UI, batch_size: int):
-    """The train matrix as one global batch at every step (users padded with zero rows, which
-    add nothing to K, up to `batch_size`): `core.data.in_memory`, full batch, no shuffle."""
-    del split_name
+def eval_step(state, batch, *, rng, n_items: int):
+    """Per-metric (sum over valid users, count of valid users) for one batch of validation
+    users; the core adds them up over batches, devices and processes. A user is valid when
+    real (not padding) and with held-out items, as in `metrics.evaluate`."""
+    del rng
+    x_BI, y_BI = batch["fold_in"], batch["held_out"]
+    scores_BI = x_BI @ state.params["W"]
+    valid_B = batch["mask"] & jnp.any(y_BI > 0, axis=1)
+    count = jnp.sum(valid_B.astype(jnp.float32))
+    out = {}
+    for k in sorted({min(k, n_items) for _, k in EVAL_KS}):
+        per_user = metrics.topk_metrics(scores_BI, x_BI, y_BI, k)
+        for name, k_asked in EVAL_KS:
+            if min(k_asked, n_items) == k:
+                out[f"{name}@{k_asked}"] = (jnp.sum(jnp.where(valid_B, per_user[name], 0)), count)
+    return out
+
+
+def dataset(split_name, *, shard, seed, X_UI, eval_pairs, batch_size: int):
+    """ "train": the train matrix as one global batch at every step (users padded with zero
+    rows, which add nothing to K, up to `batch_size`): `core.data.in_memory`, full batch, no
+    shuffle. "eval": the validation users' fold-in and held-out rows, one padded pass."""
+    if split_name == "eval":
+        fold_in, held_out = (np.asarray(M.toarray(), np.float32) for M in eval_pairs)
+        arrays = {"fold_in": fold_in, "held_out": held_out}
+        return core_data.one_pass(arrays, global_batch=batch_size, shard=shard)
     if X_UI.shape[0] > batch_size:
         raise ConfigError(
             f"train.batch_size={batch_size} is below the {X_UI.shape[0]} train users; the fit "
@@ -174,24 +198,15 @@ def dataset(split_name, *, shard, seed, X_UI, batch_size: int):
     )
 
 
-def no_loss(params, batch, *, rng, extra):
-    raise ConfigError("deql is fitted in closed form by its step; it has no gradient loss")
-
-
-def evaluate(state, *, seed, split):
-    del seed
-    return evaluate_W(np.asarray(state.params["W"]), *eval_pairs(split))
-
-
 def make(config) -> Method:
     hp = check(Hyper(**config.model.to_dict()))
     split = load_split(config.data)
     X_UI = split.train
     return Method(
         init=init,
-        loss=no_loss,
         step=functools.partial(step, hp=hp),
-        tx=optax.identity(),
-        dataset=functools.partial(dataset, X_UI=X_UI, batch_size=config.train.batch_size),
-        evaluate=functools.partial(evaluate, split=split),
+        dataset=functools.partial(
+            dataset, X_UI=X_UI, eval_pairs=eval_pairs(split), batch_size=config.train.batch_size
+        ),
+        eval_step=functools.partial(eval_step, n_items=X_UI.shape[1]),
     )

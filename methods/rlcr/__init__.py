@@ -11,7 +11,8 @@
 - `experiment.py`: RLVR vs RLCR over seeds, in and out of domain.
 
 `make(config)` returns a `core.Method` whose step is the warm start for `warm_start.steps`
-steps, then `core.grpo` (`core.steps.phased`), each phase with its own optimiser.
+steps, then `core.grpo`: `core.steps.switch` on the step count, each branch with its own
+optimiser (`tx = {"warm": ..., "rl": ...}`).
 """
 
 import functools
@@ -25,7 +26,7 @@ from core.errors import ConfigError
 from core.method import Method
 from core.nn import transformer
 from core.precision import compute_dtype
-from core.steps import gradient_step, phased, stacked
+from core.steps import by_step, gradient_step, switch
 from methods.rlcr import evaluation, policy, witness
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation questions come from a stream training never draws
@@ -106,9 +107,8 @@ def make(config) -> Method:
 
     return Method(
         init=init,
-        loss=warm_loss,
-        step=phased([(warm_steps, warm_step), (None, rl_step)]),
-        tx=stacked(warm_tx, rl_tx),
+        step=switch([warm_step, rl_step], by_step([warm_steps]), opt_keys=("warm", "rl")),
+        tx={"warm": warm_tx, "rl": rl_tx},
         dataset=dataset,
         evaluate=evaluate,
         sharding_rules=transformer.SHARDING_RULES,

@@ -7,14 +7,16 @@
 
 One `core.train.run` trains every stage (`make_method`): `config.train.steps` is split into
 equal stages (N - 1 in progressive mode, stage s training order s + 2; one in joint mode),
-and the step (`staged_step`) finds its stage from `state.step`. Per stage:
+and the step (`staged_step`: `core.steps.switch` over one branch per stage) finds its stage
+from `state.step`. Per stage:
 - trainable blocks (a [K] mask over U, lam): order n's alone (the paper), or every order
   <= n (`freeze_earlier=False`: the released code, whose freeze loop misses U and lam), or all
   (joint). Gradients are masked before clipping (frozen blocks take no share of the clip norm)
   and updates after the optimiser (AdamW's weight decay would move them), so frozen blocks stay
   bit-identical. Blocks above n are outside this truncation's loss and masked too, as the
   released code's AdamW skips parameters without gradients.
-- a fresh optimiser: the state is re-initialised at the stage's first step, so Adam's moments,
+- a fresh optimiser: the state is re-initialised at the stage's first step (the switch's
+  reset), so Adam's moments,
   its count and the learning-rate schedule (built over one stage) restart: the paper's LR reset.
 - the loss: BCE on the truncation at n with term dropout (`model.train_logit`).
 The linear term (sklearn, `linear.fit`) lives in `state.extra["linear"]`, never trained.
@@ -33,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from core import data, optim
+from core import data, optim, steps
 from core import train as core_train
 from core.errors import ConfigError
 from core.method import Method
@@ -106,31 +108,37 @@ def loss_fn(cfg: ProbeConfig, params, batch, *, rng, extra):
     return loss, {"acc": jnp.mean((logit_B > 0) == (y_B > 0.5)), "order": order}
 
 
-def staged_step(cfg: ProbeConfig, loss, tx, steps_per_stage: int):
-    """A step that trains stage min(step // steps_per_stage, stages - 1) (module docstring)."""
-    last = cfg.num_stages - 1
+def stage_step(cfg: ProbeConfig, loss, tx, stage: int):
+    """The step of stage `stage`: the truncation at its order, gradients and updates masked to
+    its trainable blocks (module docstring)."""
+    mask_K = trainable(cfg, stage)
+
+    def masked(tree):
+        return {"U": tree["U"] * mask_K[:, None, None], "lam": tree["lam"] * mask_K[:, None]}
 
     def step(state, batch, *, rng):
-        stage = jnp.minimum(state.step // steps_per_stage, last)
-        mask_K = trainable(cfg, stage)
-
-        def masked(tree):
-            return {"U": tree["U"] * mask_K[:, None, None], "lam": tree["lam"] * mask_K[:, None]}
-
-        fresh = (state.step % steps_per_stage == 0) & (state.step // steps_per_stage <= last)
-        opt_state = jax.tree.map(
-            lambda new, old: jnp.where(fresh, new, old), tx.init(state.params), state.opt_state
-        )
-        extra = {**state.extra, "order": stage_order(cfg, stage)}
+        extra = {**state.extra, "order": jnp.int32(stage_order(cfg, stage))}
         grad_fn = jax.value_and_grad(loss, has_aux=True)
         (value, metrics), grads = grad_fn(state.params, batch, rng=rng, extra=extra)
         grads = masked(grads)
-        updates, opt_state = tx.update(grads, opt_state, state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, masked(updates))
         metrics = {"loss": value, **metrics, "grad_norm": optax.tree.norm(grads)}
         return state.replace(params=params, opt_state=opt_state), metrics
 
     return step
+
+
+def staged_step(cfg: ProbeConfig, loss, tx, steps_per_stage: int):
+    """Stage s for steps [s, s + 1) x steps_per_stage (the last stage runs on), each starting
+    from a fresh optimiser state: `core.steps.switch` on the step count with a reset."""
+    lengths = [steps_per_stage] * (cfg.num_stages - 1)
+    return steps.switch(
+        [stage_step(cfg, loss, tx, s) for s in range(cfg.num_stages)],
+        steps.by_step(lengths),
+        reset=steps.at_branch_start(lengths),
+        tx=tx,
+    )
 
 
 def steps_per_stage(config) -> int:

@@ -13,7 +13,6 @@ from core import grpo
 from core.errors import ConfigError
 from core.nn import sampler, transformer
 from core.state import TrainState
-from core.steps import phased, stacked
 
 CFG = transformer.TransformerConfig(
     vocab_size=12, num_layers=1, d_model=32, num_heads=2, d_ff=64, max_len=16
@@ -199,32 +198,6 @@ def test_a_bandit_where_one_answer_is_always_rewarded_is_learned():
     # (a sign error in the advantage or loss drives it to 0 instead).
     assert start < 0.2 and float(p7(state).min()) > 0.9, (start, float(p7(state).min()))
     assert float(metrics["hit_rate"]) > 0.8
-
-
-def test_phased_runs_each_phase_with_its_own_optimizer_state():
-    def constant_step(value):
-        def step(state, batch, *, rng):
-            del batch, rng
-            opt = state.opt_state + 1  # counts this phase's steps in its own state
-            return state.replace(params=state.params + value, opt_state=opt), {f"m{value}": 1.0}
-
-        return step
-
-    tx = stacked(optax.identity(), optax.identity())
-    assert tx.init(0.0) == ((), ())
-    step = jax.jit(phased([(2, constant_step(1.0)), (None, constant_step(10.0))]))
-    state = TrainState(jnp.int32(0), jax.random.PRNGKey(0), jnp.float32(0), (jnp.int32(0),) * 2)
-    history = []
-    for _ in range(5):
-        state, metrics = step(state, None, rng=jax.random.key(0))
-        state = state.replace(step=state.step + 1)
-        history.append({k: float(v) for k, v in metrics.items()})
-    assert float(state.params) == 1 + 1 + 10 + 10 + 10
-    assert [int(x) for x in state.opt_state] == [2, 3]
-    assert [h["phase"] for h in history] == [0, 0, 1, 1, 1]
-    assert np.isnan(history[0]["m10.0"]) and history[0]["m1.0"] == 1.0
-    with pytest.raises(ConfigError, match="only the last"):
-        phased([(None, constant_step(1.0)), (3, constant_step(2.0))])
 
 
 def test_later_ppo_epochs_see_the_sampling_policy_as_old_and_clip():

@@ -111,8 +111,8 @@ def test_logger_leaves_out_nan_metrics_but_stops_on_a_nan_loss(tmp_path):
 
     stream = io.StringIO()
     logger = MetricsLogger(str(tmp_path), total_steps=3, global_batch=1, log_every=1, stream=stream)
-    logger.push(1, {"loss": 1.0, "reward": float("nan"), "phase": 0.0})  # a phased step
-    logger.push(2, {"loss": 0.5, "reward": 2.0, "phase": 1.0})
+    logger.push(1, {"loss": 1.0, "reward": float("nan"), "branch": 0.0})  # a switch step
+    logger.push(2, {"loss": 0.5, "reward": 2.0, "branch": 1.0})
     logger.flush()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert "reward" not in rows[0] and rows[1]["reward"] == 2.0

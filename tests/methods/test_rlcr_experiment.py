@@ -16,17 +16,17 @@ def test_warm_start_then_grpo_under_a_data_parallel_mesh(tmp_path):
     config.train.eval_every = -1
     config.train.steps = 3  # warm start 1 step, GRPO 2
     result = train.run(config, methods.make(config), str(tmp_path))
-    rows = [r for r in result.history if "phase" in r]
-    assert [r["phase"] for r in rows] == [0, 1, 1]
-    # The logger leaves out the other phase's (NaN-padded) metrics.
+    rows = [r for r in result.history if "branch" in r]
+    assert [r["branch"] for r in rows] == [0, 1, 1]
+    # The logger leaves out the other branch's (NaN-padded) metrics.
     assert "reward" not in rows[0] and "format_token_prob" in rows[0]
     for r in rows[1:]:
         assert "format_token_prob" not in r
         assert 0 <= r["format_rate"] <= 1 and math.isfinite(r["loss"])
         assert r["num_tokens"] == r["completion_length"] * 8 * 4
-    # Each phase has its own optimiser state: the warm start's Adam counted 1 step, GRPO's 2.
-    counts = [int(s[0].count) for s in result.state.opt_state]
-    assert counts == [1, 2], counts
+    # Each branch has its own optimiser state: the warm start's Adam counted 1 step, GRPO's 2.
+    counts = {k: int(s[0].count) for k, s in result.state.opt_state.items()}
+    assert counts == {"warm": 1, "rl": 2}, counts
 
 
 def test_reduced_rlcr_run_calibrates_the_stated_confidence(tmp_path):
