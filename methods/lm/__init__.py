@@ -95,27 +95,53 @@ def accuracy(cfg, params, task, *, num_examples: int, seed: int, batch_size: int
     }
 
 
+def eval_step(cfg, state, batch, *, rng) -> dict:
+    """`accuracy`'s three metrics as (sum, weight) pairs over one batch, for the core's
+    evaluation on the mesh (the same numbers: token accuracy over masked positions, exact match
+    and last-position accuracy per sequence)."""
+    del rng
+    logits_BTV, _ = transformer.apply(cfg, state.params, batch["inputs"])
+    correct_BT = jnp.argmax(logits_BTV, -1) == batch["targets"]
+    mask_BT = batch["mask"] > 0
+    B, T = mask_BT.shape
+    last_B = T - 1 - jnp.argmax(mask_BT[:, ::-1], axis=1)
+    sequences = jnp.float32(B)
+    return {
+        "accuracy": (jnp.sum(correct_BT & mask_BT), jnp.sum(mask_BT)),
+        "exact_match": (jnp.sum(jnp.all(correct_BT | ~mask_BT, axis=1)), sequences),
+        "final_accuracy": (jnp.sum(correct_BT[jnp.arange(B), last_B]), sequences),
+    }
+
+
 def make(config) -> Method:
     cfg = model_config(config)
     task = make_task(config)
+    num_eval, batch_size = config.eval.num_examples, config.train.batch_size
+    if num_eval % batch_size:
+        raise ConfigError(
+            f"eval.num_examples={num_eval} must be a multiple of train.batch_size={batch_size} "
+            "(the evaluation reads whole batches of the held-out stream)"
+        )
 
     def init(rng, batch_spec):
         del batch_spec
         return {"params": transformer.init_params(cfg, rng)}
 
     def dataset(split, *, shard, seed):
-        offset = 0 if split == "train" else EVAL_SEED_OFFSET
-        return data.synthetic(
-            task.example, global_batch=config.train.batch_size, seed=seed + offset, shard=shard
-        )
-
-    def evaluate(state, *, seed):
-        return accuracy(cfg, state.params, task, num_examples=config.eval.num_examples, seed=seed)
+        if split == "eval":  # the held-out stream (another seed), a fixed number of batches
+            return data.synthetic(
+                task.example,
+                global_batch=batch_size,
+                seed=seed + EVAL_SEED_OFFSET,
+                shard=shard,
+                num_batches=num_eval // batch_size,
+            )
+        return data.synthetic(task.example, global_batch=batch_size, seed=seed, shard=shard)
 
     return Method(
         init=init,
         loss=functools.partial(loss_fn, cfg),
         dataset=dataset,
-        evaluate=evaluate,
+        eval_step=functools.partial(eval_step, cfg),
         sharding_rules=transformer.SHARDING_RULES,
     )
