@@ -11,7 +11,7 @@ from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg, set_training
 
-# Task parameters, passed to methods.lm.tasks.make_task(name, **options).
+# Task parameters, passed to core.tasks.make_task(name, **options).
 TASKS = {
     "copy": dict(length=16, num_symbols=16),
     "mqar": dict(num_pairs=4, num_keys=16, num_values=16, num_queries=4),

@@ -18,7 +18,7 @@ from configs.common import base_config, choose, parse_arg, set_training
 MODELS = ("gla", "transformer")
 POSITIONS = ("selective", "rope", "none")
 
-# Task parameters, passed to methods.lm.tasks.make_task(name, **options).
+# Task parameters, passed to core.tasks.make_task(name, **options).
 TASKS = {
     "parity": dict(length=64),  # prefix parity (S2 state tracking), a label at every position
     "mqar": dict(num_pairs=8, num_keys=32, num_values=32, num_queries=8),

@@ -1,5 +1,7 @@
-"""WORKSPACE.md's complete Method example runs as written and learns what it says."""
+"""WORKSPACE.md's complete Method example runs as written and learns what it says; PAPERS.md,
+the status table and methods/ agree; the repository needs nothing outside itself."""
 
+import ast
 import pathlib
 import re
 
@@ -41,11 +43,73 @@ def test_protocol_examples_run_and_do_what_they_say(tmp_path):
     assert branches[0] == 0 and branches[-1] == 1  # the hook moved from SGD to Adam
 
 
-def test_status_table_has_every_method():
-    text = (ROOT / "WORKSPACE.md").read_text()
-    abstracts = (ROOT.parent / "shared" / "papers" / "ABSTRACTS.md").read_text()
-    slugs = re.findall(r"^\| \d+ \| `(\w+)` \|", abstracts, flags=re.M)
-    assert len(slugs) == 19
-    table = text.split("## Status", 1)[1]
-    for slug in slugs:
-        assert f"`{slug}`" in table, slug
+def _papers() -> dict[int, str]:
+    """PAPERS.md's table as {number: slug}."""
+    text = (ROOT / "PAPERS.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| `(\w+)` \|", text, flags=re.M)
+    return {int(number): slug for number, slug in rows}
+
+
+def test_papers_lists_nineteen_papers_with_a_title_claim_and_link():
+    text = (ROOT / "PAPERS.md").read_text()
+    rows = [r for r in text.splitlines() if re.match(r"^\| \d+ \| `", r)]
+    papers = _papers()
+    assert sorted(papers) == list(range(1, 20)), sorted(papers)
+    assert len(set(papers.values())) == 19  # no slug listed twice
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert len(cells) == 5, row  # #, slug, paper, claim, link
+        _, slug, title, claim, link = cells
+        assert title and claim.endswith("."), row
+        urls = re.findall(r"\]\((\S+?)\)", link)
+        paper_url = r"https://(arxiv\.org/abs/\d{4}\.\d{5}|openreview\.net/forum\?id=\w+)"
+        assert urls and all(re.fullmatch(paper_url, url) for url in urls), row
+
+
+def test_status_table_has_every_paper_under_its_number():
+    status = (ROOT / "WORKSPACE.md").read_text().split("## Status", 1)[1]
+    listed = dict(re.findall(r"^\| (\d+) \| `(\w+)`", status, flags=re.M))
+    for number, slug in _papers().items():
+        assert listed.get(str(number)) == slug, (number, slug, listed.get(str(number)))
+
+
+def test_every_method_package_is_a_paper_or_the_baseline():
+    packages = {p.parent.name for p in (ROOT / "methods").glob("*/__init__.py")}
+    assert packages - set(_papers().values()) == {"lm"}
+
+
+def test_methods_do_not_import_each_other():
+    """Code two methods share belongs in core/ (e.g. core/tasks.py), not in one of them."""
+    packages = {p.parent.name for p in (ROOT / "methods").glob("*/__init__.py")}
+    crossing = []
+    for path in sorted((ROOT / "methods").glob("*/**/*.py")):
+        own = path.relative_to(ROOT / "methods").parts[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                if parts[0] == "methods" and len(parts) > 1 and parts[1] in packages - {own}:
+                    crossing.append(f"{path.relative_to(ROOT)}: {name}")
+    assert not crossing, crossing
+
+
+def test_docs_and_code_do_not_need_a_directory_outside_the_repository():
+    """A clone stands alone: nothing points at the developers' ../shared notes."""
+    suffixes = {".md", ".py", ".ipynb", ".toml", ".sh", ".sbatch"}
+    # The tracked trees only: a user's workdirs or a virtualenv inside the clone are not ours.
+    paths = [*ROOT.glob("*.*"), *ROOT.glob(".ci/*")]
+    for tree in ("core", "methods", "configs", "launch", "tests"):
+        paths += (ROOT / tree).rglob("*")
+    offenders = []
+    for path in paths:
+        if not path.is_file() or (path.suffix not in suffixes and path.parent.name != ".ci"):
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if re.search(r"\.\./(\.\./)*shared/", line):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}")
+    assert not offenders, offenders

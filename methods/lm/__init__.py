@@ -13,12 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core import data
+from core import data, tasks
 from core.errors import ConfigError
 from core.method import Method
 from core.nn import transformer
 from core.precision import compute_dtype
-from methods.lm import tasks
 
 EVAL_SEED_OFFSET = 1_000_003  # held-out examples come from a seed stream training never uses
 

@@ -8,8 +8,8 @@
     loss, metrics = loss_fn(cfg, params, batch)
     metrics = evaluate_lengths(cfg, params, config, seed=0)
 
-The model, the position encodings and the GLA recurrence are in `model.py`; the data are the LM
-baseline's generators (`methods.lm.tasks`: prefix parity, MQAR).
+The model, the position encodings and the GLA recurrence are in `model.py`; the data are the
+shared synthetic generators (`core.tasks`: prefix parity, MQAR).
 """
 
 import functools
@@ -18,11 +18,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core import data
+from core import data, tasks
 from core.errors import ConfigError
 from core.method import Method
 from core.precision import compute_dtype
-from methods.lm import tasks
 from methods.selective_rope import model
 
 EVAL_SEED_OFFSET = 1_000_003  # held-out examples come from a seed stream training never uses

@@ -1,6 +1,8 @@
-"""Synthetic sequence tasks for small decoder-only LMs, generated on the fly in pure NumPy.
+"""Synthetic sequence tasks for small sequence models, generated on the fly in pure NumPy.
 
-Pure NumPy (no JAX) so they run inside data-loader workers. Every task is a frozen dataclass with
+Shared by every method that trains on them (the `lm` baseline, `selective_rope`), so they live in
+the core rather than in one method that the others would import. Pure NumPy (no JAX) so they run
+inside data-loader workers. Every task is a frozen dataclass with
 
 - ``vocab_size`` and ``seq_len`` properties (every example is padded to ``seq_len``);
 - ``example(rng)`` -> ``{"inputs": int32[T], "targets": int32[T], "mask": float32[T]}``: the model

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from methods.lm.tasks import (
+from core.tasks import (
     PAD,
     TASKS,
     AssociativeRecall,
