@@ -47,7 +47,7 @@ def test_table_has_a_row_per_ratio_and_flags_a_busy_host():
 # ------------------------------------------------------------------ csnn
 
 
-def test_side_gives_the_nearest_king_grid():
+def test_csnn_side_gives_the_nearest_king_grid():
     for side in (2, 5, 36, 113):
         exact_E = len(csnn_data.undirected(csnn_data.grid_king_edges(side), side * side)[0])
         assert csnn_bench.king_directed_edges(side) == exact_E
@@ -57,7 +57,7 @@ def test_side_gives_the_nearest_king_grid():
         assert all(gap <= abs(csnn_bench.king_directed_edges(s) - target_E) for s in range(2, 400))
 
 
-def test_layers_take_and_return_the_stated_shapes():
+def test_csnn_layers_take_and_return_the_stated_shapes():
     n, edges = csnn_bench.graph(500)
     per_model = csnn_bench.inputs(n, jax.random.key(1))
     csnn_fn, gcn_fn = csnn_bench.layer_fns()
@@ -75,7 +75,7 @@ def test_layers_take_and_return_the_stated_shapes():
 # ------------------------------------------------------------------ deql
 
 
-def test_numpy_baseline_is_the_same_algorithm():
+def test_deql_numpy_baseline_is_the_same_algorithm():
     K = deql_bench.synthetic_gram(60, density=0.1)
     W = deql_bench.numpy_deql(K, **deql_bench.HP)
     W_jax = np.asarray(solvers.deql(K, **deql_bench.HP))
@@ -83,7 +83,7 @@ def test_numpy_baseline_is_the_same_algorithm():
     np.testing.assert_allclose(W, W_jax, rtol=0, atol=1e-9 * np.abs(W_jax).max())
 
 
-def test_slope_of_exact_cubic_is_three():
+def test_deql_slope_of_exact_cubic_is_three():
     rows = [{"n": n, "t": 1e-9 * n**3} for n in (500, 1000, 2000)]
     assert abs(deql_bench.slope(rows, "t") - 3) < 1e-9  # exact power law, float rounding only
 
@@ -109,14 +109,14 @@ def _both(s, eos_id):
     return out, np.asarray(tokens_RN), np.asarray(mask_RN)
 
 
-def test_python_loop_matches_sampler_greedy(tiny):
+def test_rlcr_python_loop_matches_sampler_greedy(tiny):
     out, tokens_RN, mask_RN = _both(tiny, eos_id=None)
     np.testing.assert_array_equal(tokens_RN, out.tokens_BN)
     np.testing.assert_array_equal(mask_RN, out.mask_BN)
     assert mask_RN.sum() == out.lengths_B.sum() == tokens_RN.size  # no eos: every row full
 
 
-def test_python_loop_matches_sampler_with_eos(tiny):
+def test_rlcr_python_loop_matches_sampler_with_eos(tiny):
     # Random params rarely emit the task's eos; take as eos the token row 0 emits second, so
     # some rows stop early and the pad/mask handling after eos is compared too.
     first, _, _ = _both(tiny, eos_id=None)
