@@ -68,7 +68,7 @@ def select(method_names: list[str] | None, kernel_names: list[str] | None) -> li
             raise ConfigError(
                 f"--{flag}: no benchmark for {', '.join(unknown)}; available: {', '.join(known)}"
             )
-        names += [prefix + n for n in given]
+        names += [prefix + n for n in dict.fromkeys(given)]  # each once, in the order given
     if not names:
         raise ConfigError("--methods and --kernels name no benchmark; leave both out to run all")
     return names

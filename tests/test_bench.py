@@ -229,6 +229,7 @@ def test_selection_discovers_methods_and_kernels():
     assert set(bench.method_benches()) <= set(everything)
     assert bench.select(["nab"], ["binned_encoding"]) == ["nab", "kernels/binned_encoding"]
     assert bench.select(None, ["poly_probe"]) == ["kernels/poly_probe"]
+    assert bench.select(["deql", "lm", "deql"], None) == ["deql", "lm"]
 
 
 @pytest.mark.parametrize(

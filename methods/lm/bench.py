@@ -105,7 +105,7 @@ def measure(*, smoke: bool = False, config=None, devices: int = 1) -> Result:
     peak = peaks[step_dtype]
     m = config.model
     what = (
-        f"LM train step ({m.num_layers} layers, d_model {m.d_model}, batch "
+        f"LM train step ({m.num_layers}-layer, d_model {m.d_model}, batch "
         f"{config.train.batch_size} x {step['tokens_per_step'] // config.train.batch_size} "
         f"tokens, {step_dtype}, {len(devs)} device(s)) vs the {step_dtype} matmul peak"
     )

@@ -263,7 +263,8 @@ def measure(*, smoke: bool = False) -> Result:
     rows = f"{decode[0]['rows']} rows"
     ratios = [
         Ratio(
-            f"decode {r['new_tokens']} new tokens, eos {r['eos']}, {rows}",
+            f"decode {r['new_tokens']} new tokens, "
+            f"{'no eos' if r['eos'] == 'none' else 'the task eos'}, {rows}",
             "sample_jit",
             r["jit_tokens_per_s"],
             "Python-loop decode",
