@@ -30,7 +30,7 @@ eagerly instead), and wall time would measure the compiler and the dispatcher ra
 cascade. With buckets each (order, bucket) compiles once for a given x shape (about
 4 log2(B / MIN_BUCKET) + 1 shapes per order) and later calls reuse it. Why 4 per octave, not
 powers of two: padding costs at most 25 % more rows instead of 100 %, for at most 4x the
-compilations. On the planted benchmark (`launch/bench_tpc.py`) at tau = 0.95, stages of 4050,
+compilations. On the planted benchmark (`methods/tpc/bench.py`) at tau = 0.95, stages of 4050,
 3044, 2401 and 2323 active rows of 4096 all round up to 4096 as powers of two, to 4096, 3072,
 2560, 2560 here. Under MIN_BUCKET rows a stage costs its dispatch anyway. The carried logits
 and the scatter back stay in numpy: they are B floats.

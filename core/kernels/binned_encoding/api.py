@@ -8,7 +8,7 @@ impl:
   "xla"        the jnp reference (`reference.encode_dense`), differentiated by plain autodiff;
   "tiled"      the kernels' tile code (`kernel_body.py`) run by `lax.scan` over pixel tiles
                with the same custom_vjp (`cpu.py`): plain XLA, for CPU, where it trains NAB
-               ~2x faster than autodiff of the reference (`launch/bench_nab.py`);
+               ~2x faster than autodiff of the reference (`methods/nab/bench.py`);
   "pallas"     the kernel for `jax.default_backend()`: the Mosaic wrappers with grid-resident
                accumulators (`tpu.py`) on "tpu", the Triton in-program-loop wrappers (`gpu.py`)
                on "gpu"; a ValueError elsewhere;

@@ -3,7 +3,7 @@
 Why: XLA:CPU materialises each of the backward's N x M intermediates (the tanh terms and
 their products, about fifteen arrays, 30 MB each at 128 x 128 pixels and M = 456) and
 streams them through memory, so plain autodiff of the reference spends ~4x the time of the
-same arithmetic done tile by tile in cache (`launch/bench_nab.py` measures it). Scanning
+same arithmetic done tile by tile in cache (`bench.py` beside it measures it). Scanning
 `forward_tile` / `backward_tile` over (BN, M) tiles with every bin and output feature in
 one tile keeps the working set small, and it is the very code the GPU and TPU kernels run.
 

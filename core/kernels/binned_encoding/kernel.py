@@ -32,7 +32,7 @@ from core.kernels.binned_encoding.reference import Bins, as_bins, check_shapes
 
 BACKENDS = ("tpu", "gpu", "cpu")
 # TPU and GPU: untuned (nothing here ran on one); see `choose_layout` and the wrappers'
-# docstrings. CPU: 256-pixel tiles measured fastest at 128 x 128, M = 456 (launch/bench_nab.py).
+# docstrings. CPU: 256-pixel tiles measured fastest at 128 x 128, M = 456 (bench.py).
 DEFAULT_BLOCKS = {
     "tpu": dict(block_n=256, block_m=128, block_f=512, bwd_block_n=256, bwd_rows=None),
     "gpu": dict(block_n=64, block_m=32, block_f=128, bwd_block_n=32, bwd_rows=1024),

@@ -29,7 +29,7 @@ _F32 = jnp.float32
 _HIGHEST = jax.lax.Precision.HIGHEST
 # From this rank on, each order is projected by its own matmul; below it, one matmul against all
 # of U. The same sums either way (up to float32 rounding); what differs is XLA:CPU's speed
-# (launch/bench_tpc.py, B = 4096, N = 5, D in {384, 2048}): at R >= 64 each order's [B, R]
+# (bench.py, B = 4096, N = 5, D in {384, 2048}): at R >= 64 each order's [B, R]
 # block is still in cache when its powers are taken (one [B, (N - 1) R] product written to
 # memory first is x1.04-1.73 slower), at R = 16 one matmul reads x once instead of N - 1 times
 # (per order is x1.65-1.88 slower). The Pallas kernels always do the one fused matmul.

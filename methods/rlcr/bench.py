@@ -1,7 +1,6 @@
 """RLCR's GRPO rollout: the jitted sampler against a Python-loop decode; a step's time split.
 
-    python -m launch.bench_rlcr                       # 64 prompts x group 16, 6 and 64 new tokens
-    python -m launch.bench_rlcr --prompts=16 --group=8 --new_tokens=6 --repeats=3
+    python -m launch.bench --methods=rlcr     # 64 prompts x group 16, 6 and 64 new tokens
 
 One process, the RLCR task and model (`configs/rlcr.py:size=small`, float32, freshly initialised
 params, in-domain noisy-witness prompts, temperature `grpo.temperature`), R = prompts x group
@@ -15,16 +14,15 @@ rows, each time the median of `repeats` calls after a warm-up (which also compil
          cache donated so it is updated in place) per new token, stopping once every row has
          emitted eos (a host sync per token): what one writes without putting the loop under
          jit;
-     with the ratio (a) / (b) in tokens/s. Each `--new_tokens` N runs with eos_id=None (every
-     row generates exactly N tokens, so the comparison is the decode loop and not eos timing;
-     the cache and `max_len` sized P + N); N = `policy.MAX_NEW_TOKENS` also runs with the
-     task's eos. With random params the policy rarely emits eos, so the two rows are close.
+     figure: (a) / (b) in tokens/s. Each new-token count N runs with eos_id=None (every row
+     generates exactly N tokens, so the comparison is the decode loop and not eos timing; the
+     cache and `max_len` sized P + N); N = `policy.MAX_NEW_TOKENS` also runs with the task's
+     eos. With random params the policy rarely emits eos, so the two rows are close.
   2. one GRPO step split into (a) `core.grpo.rollout` jitted alone, (b) `core.grpo.update`
      jitted alone on a fixed scored rollout (the reference log-probs of the KL term, the
-     gradient and the Adam update, as in training), and (c) the whole `grpo.make_step`
-     jitted (rollout, reward, advantages, update in one call); with the rollout's fraction of
-     (a) + (b).
-Writes `results/bench_rlcr.json`.
+     gradient and the Adam update, as in training), and (c) the whole `grpo.make_step` jitted
+     (rollout, reward, advantages, update in one call); figures: the rollout's fraction of
+     (a) + (b), and (c) / ((a) + (b)).
 """
 
 import dataclasses
@@ -34,14 +32,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from absl import app, flags
 
 import configs.rlcr
 import methods.rlcr
 from core import grpo
+from core.benchmark import Ratio, Result, median_seconds
 from core.nn import sampler, transformer
 from core.state import TrainState
-from launch.timing import environment, median_seconds, write_json
 from methods.rlcr import policy, witness
 
 REWARD_WEIGHTS = (0.5, 0.5, 0.5)  # the RLCR arm: format, correct, brier
@@ -170,7 +167,7 @@ def python_loop_decode(
     return jax.block_until_ready((tokens_BN, mask_BN))
 
 
-def decode_row(s: Setup, new_tokens: int, eos_id, repeats: int) -> dict:
+def _decode_row(s: Setup, new_tokens: int, eos_id, repeats: int) -> dict:
     """Tokens/s of sample_jit and of the Python loop at one length, on the same R rows."""
     prompt_RP, prompt_mask_RP = group_prompts(s)
     cfg = dataclasses.replace(s.cfg, max_len=prompt_RP.shape[1] + new_tokens)
@@ -202,17 +199,10 @@ def decode_row(s: Setup, new_tokens: int, eos_id, repeats: int) -> dict:
     }
 
 
-def measure_decode(s: Setup, new_tokens=(6, 64), repeats: int = 5) -> list[dict]:
-    rows = [decode_row(s, n, None, repeats) for n in new_tokens]
-    # The real task: the configured length and the task's eos.
-    rows.append(decode_row(s, s.gcfg.max_new_tokens, s.gcfg.eos_id, repeats))
-    return rows
-
-
 # ------------------------------------------------------------------ 2. the GRPO step's split
 
 
-def scored_rollout(s: Setup, reward_fn, rolled) -> grpo.Scored:
+def _scored_rollout(s: Setup, reward_fn, rolled) -> grpo.Scored:
     """A rollout's tensors with its advantages and loss weights, as make_step scores them."""
     prompt_RP, prompt_mask_RP, out = rolled
     batch_R = grpo.repeat_groups(s.batch, s.gcfg.group_size)
@@ -222,7 +212,7 @@ def scored_rollout(s: Setup, reward_fn, rolled) -> grpo.Scored:
     return grpo.Scored(prompt_RP, prompt_mask_RP, out.tokens_BN, out.mask_BN, adv_R, weight_RN)
 
 
-def measure_split(s: Setup, repeats: int = 5) -> dict:
+def _measure_split(s: Setup, repeats: int = 5) -> dict:
     tx = optax.adam(1e-4)
     reward_fn = functools.partial(policy.token_rewards, weights=REWARD_WEIGHTS)
     rollout_jit = jax.jit(grpo.rollout, static_argnames=("cfg", "gcfg"))
@@ -236,7 +226,7 @@ def measure_split(s: Setup, repeats: int = 5) -> dict:
             gcfg=s.gcfg,
         )
     )
-    scored = scored_rollout(s, reward_fn, rollout_fn())
+    scored = _scored_rollout(s, reward_fn, rollout_fn())
     # make_step's own update (the KL's reference is the params themselves: same cost).
     update = jax.jit(functools.partial(grpo.update, s.cfg, tx, s.gcfg))
     opt_state = tx.init(s.params)
@@ -258,18 +248,46 @@ def measure_split(s: Setup, repeats: int = 5) -> dict:
     }
 
 
-# ------------------------------------------------------------------ report
+# ------------------------------------------------------------------ the figures
 
 
-def measure(s: Setup, new_tokens=(6, 64), repeats: int = 5) -> dict:
-    decode = measure_decode(s, new_tokens, repeats)
-    for r in decode:
-        print(
-            f"decode N={r['new_tokens']} eos={r['eos']}: jit {r['jit_seconds']:.4f} s, "
-            f"python loop {r['python_loop_seconds']:.4f} s"
+def measure(*, smoke: bool = False) -> Result:
+    if smoke:
+        s, new_tokens, repeats = setup("smoke", prompts=4, group=4), (3,), 1
+    else:
+        s, new_tokens, repeats = setup("small", prompts=64, group=16), (6, 64), 3
+    decode = [_decode_row(s, n, None, repeats) for n in new_tokens]
+    # The real task: the configured length and the task's eos.
+    decode.append(_decode_row(s, s.gcfg.max_new_tokens, s.gcfg.eos_id, repeats))
+    split = _measure_split(s, repeats)
+    rows = f"{decode[0]['rows']} rows"
+    ratios = [
+        Ratio(
+            f"decode {r['new_tokens']} new tokens, "
+            f"{'no eos' if r['eos'] == 'none' else 'the task eos'}, {rows}",
+            "sample_jit",
+            r["jit_tokens_per_s"],
+            "Python-loop decode",
+            r["python_loop_tokens_per_s"],
+            "tokens/s",
         )
-    return {
-        "environment": environment(),
+        for r in decode
+    ]
+    both = split["rollout_seconds"] + split["update_seconds"]
+    ratios += [
+        Ratio(
+            f"GRPO step, {rows}", "rollout", split["rollout_seconds"], "rollout + update", both, "s"
+        ),
+        Ratio(
+            f"GRPO step, {rows}",
+            "make_step (one jit)",
+            split["step_seconds"],
+            "rollout + update (jitted apart)",
+            both,
+            "s",
+        ),
+    ]
+    details = {
         "setup": {
             "prompts": len(s.batch["prompt"]),
             "group": s.gcfg.group_size,
@@ -280,54 +298,6 @@ def measure(s: Setup, new_tokens=(6, 64), repeats: int = 5) -> dict:
             "repeats": repeats,
         },
         "decode": decode,
-        "grpo_step": measure_split(s, repeats),
+        "grpo_step": split,
     }
-
-
-def report_lines(report: dict) -> list[str]:
-    su, split = report["setup"], report["grpo_step"]
-    lines = [
-        f"RLCR rollout, {su['prompts']} prompts x group {su['group']}, prompt length "
-        f"{su['prompt_len']}, {su['num_params']} params, on {report['environment']['backend']}:",
-        "| new tokens | eos | sample_jit tok/s | Python loop tok/s | jit / loop |",
-        "|---|---|---|---|---|",
-    ]
-    for r in report["decode"]:
-        lines.append(
-            f"| {r['new_tokens']} | {r['eos']} | {r['jit_tokens_per_s']:.0f} | "
-            f"{r['python_loop_tokens_per_s']:.0f} | {r['jit_over_python_loop']:.2f} |"
-        )
-    lines += [
-        "| GRPO step part | seconds |",
-        "|---|---|",
-        f"| rollout (jit) | {split['rollout_seconds']:.4f} |",
-        f"| update (jit) | {split['update_seconds']:.4f} |",
-        f"| full make_step (jit) | {split['step_seconds']:.4f} |",
-        f"rollout fraction of rollout + update: {split['rollout_fraction']:.2f}",
-    ]
-    return lines
-
-
-def define_flags() -> None:
-    """Called only when run as a script: absl refuses a flag defined twice, and the tests import
-    several benchmarks into one process."""
-    flags.DEFINE_integer("prompts", 64, "Prompts per GRPO step.")
-    flags.DEFINE_integer("group", 16, "Completions per prompt.")
-    flags.DEFINE_list("new_tokens", ["6", "64"], "Decode lengths timed with eos_id=None.")
-    flags.DEFINE_integer("repeats", 5, "Timed calls per measurement, after one warm-up.")
-    flags.DEFINE_string("out", "results/bench_rlcr.json", "Where the JSON report goes.")
-
-
-def main(argv):
-    del argv
-    FLAGS = flags.FLAGS
-    s = setup("small", FLAGS.prompts, FLAGS.group)
-    report = measure(s, [int(n) for n in FLAGS.new_tokens], FLAGS.repeats)
-    print("\n".join(report_lines(report)))
-    write_json(report, FLAGS.out)
-    print(f"wrote {FLAGS.out}")
-
-
-if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    return Result(ratios, details)

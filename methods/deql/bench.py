@@ -1,21 +1,19 @@
 """DEQL solve time against catalogue size n, and against a plain NumPy/SciPy implementation.
 
-    python -m launch.bench_deql                       # n = 500, 1000, 2000, 4000
-    python -m launch.bench_deql --sizes=500,1000 --repeats=5
+    python -m launch.bench --methods=deql       # n = 500, 1000, 2000, 4000; writes a plot too
 
 One process measures, for each n, the median of `repeats` calls (after a warm-up, which also
 compiles) of the DEQL(L2) closed form (a = 1, b = 0.5, p = 0.5, lam = 100) from a fixed Gram
 matrix K = X^T X of synthetic sparse 0/1 data (2n users, ~1 % density):
-  1. `methods.deql.solvers.deql`'s jitted JAX function (float64, one Cholesky, the column
-     updates as diagonal scalings and row-wise dot products);
+  1. `methods.deql.solvers.deql_traced` jitted (float64, one Cholesky, the column updates as
+     diagonal scalings and row-wise dot products);
   2. `numpy_deql` below: the same vectorised algorithm written directly in NumPy float64 with
      `scipy.linalg.cho_factor` / `cho_solve` (what one would write without JAX);
-with the ratio NumPy / JAX and the log-log slope of time against n (cubic: ~3, the Cholesky
-and the triangular solves dominate). The two W agree (the largest difference is reported).
-Writes `results/bench_deql.json` and the curve `results/bench_deql.png` beside it.
+Figures: NumPy / JAX time per n. The JSON also has the log-log slope of time against n (cubic:
+~3, the Cholesky and the triangular solves dominate) and the largest difference of the two W.
+`plot` draws the curve (`launch.bench` writes it beside the table).
 """
 
-import os
 import time
 
 import jax
@@ -23,9 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
-from absl import app, flags
 
-from launch.timing import median_seconds, write_json
+from core.benchmark import Ratio, Result, median_seconds
 from methods.deql import solvers
 
 HP = dict(a=1.0, b=0.5, p=0.5, lam=100.0)
@@ -63,7 +60,7 @@ def numpy_deql(K, a: float, b: float, p: float, lam: float) -> np.ndarray:
     return S - T * (row_dot(S) / (1 + row_dot(T)))[None, :]
 
 
-def measure_one(n: int, repeats: int) -> dict:
+def _measure_one(n: int, repeats: int) -> dict:
     K = synthetic_gram(n)
     with jax.enable_x64(True):
         K_jax = jnp.asarray(K)
@@ -86,15 +83,6 @@ def measure_one(n: int, repeats: int) -> dict:
     }
 
 
-def measure(sizes=SIZES, repeats: int = 3) -> list[dict]:
-    rows = []
-    for n in sizes:
-        rows.append(measure_one(n, repeats))
-        r = rows[-1]
-        print(f"n={n}: jax {r['jax_seconds']:.3f} s, numpy/scipy {r['numpy_seconds']:.3f} s")
-    return rows
-
-
 def slope(rows: list[dict], key: str, last: int | None = None) -> float:
     """Least-squares slope of log(time) against log(n) (over the `last` sizes, or all)."""
     rows = rows[-last:] if last else rows
@@ -110,32 +98,14 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
-def report_lines(rows: list[dict], fits: dict) -> list[str]:
-    lines = [
-        f"DEQL(L2) solve, float64, {HP}, on {jax.device_count()} device(s) of "
-        f"{jax.devices()[0].platform}, {os.cpu_count()} CPU(s):",
-        "| n | JAX (jit) s | NumPy/SciPy s | NumPy / JAX | max |W_jax - W_np| |",
-        "|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['n']} | {r['jax_seconds']:.3f} | {r['numpy_seconds']:.3f} | "
-            f"{r['numpy_over_jax']:.2f} | {r['max_abs_diff']:.1e} |"
-        )
-    lines.append(
-        f"log-log slope of time vs n: JAX {fits['jax_seconds_slope']:.2f} (largest two sizes "
-        f"{fits['jax_seconds_slope_top2']:.2f}), NumPy/SciPy {fits['numpy_seconds_slope']:.2f} "
-        f"({fits['numpy_seconds_slope_top2']:.2f})"
-    )
-    return lines
-
-
-def plot(rows: list[dict], path: str) -> None:
+def plot(result: Result, path: str) -> None:
+    """The measured times against n on log-log axes, with an n^3 line for scale."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = result.details["rows"]
     n = np.array([r["n"] for r in rows], np.float64)
     fig, ax = plt.subplots(figsize=(5, 3.6))
     ax.loglog(n, [r["jax_seconds"] for r in rows], "o-", label="JAX (jit, float64)")
@@ -151,28 +121,18 @@ def plot(rows: list[dict], path: str) -> None:
     plt.close(fig)
 
 
-def define_flags() -> None:
-    """Called only when run as a script: absl refuses a flag defined twice, and the tests import
-    several benchmarks into one process."""
-    flags.DEFINE_list("sizes", [str(n) for n in SIZES], "Catalogue sizes n.")
-    flags.DEFINE_integer("repeats", 3, "Timed calls per implementation, after one warm-up.")
-    flags.DEFINE_string("out", "results/bench_deql.json", "Where the JSON report goes.")
-
-
-def main(argv):
-    del argv
-    FLAGS = flags.FLAGS
-    rows = measure([int(n) for n in FLAGS.sizes], FLAGS.repeats)
-    fits = summary(rows)
-    print("\n".join(report_lines(rows, fits)))
-    figure = os.path.splitext(FLAGS.out)[0] + ".png"
-    os.makedirs(os.path.dirname(figure) or ".", exist_ok=True)
-    plot(rows, figure)
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    write_json({"hyperparameters": HP, "rows": rows, "fits": fits, "loadavg": load}, FLAGS.out)
-    print(f"wrote {FLAGS.out} and {figure}")
-
-
-if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+def measure(*, smoke: bool = False) -> Result:
+    sizes, repeats = ((40, 80), 1) if smoke else (SIZES, 3)
+    rows = [_measure_one(n, repeats) for n in sizes]
+    ratios = [
+        Ratio(
+            f"DEQL(L2) solve, float64, n={r['n']}",
+            "NumPy/SciPy",
+            r["numpy_seconds"],
+            "JAX (jit)",
+            r["jax_seconds"],
+            "s",
+        )
+        for r in rows
+    ]
+    return Result(ratios, {"hyperparameters": HP, "rows": rows, "fits": summary(rows)})

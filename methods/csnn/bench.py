@@ -1,7 +1,6 @@
-"""CSNN layer throughput (edges/s) on CPU against a GCN layer, at 10k, 100k and 1M edges.
+"""CSNN layer throughput (edges/s) against a GCN layer of the same width, at 10k, 100k and 1M edges.
 
-    python -m launch.bench_csnn                       # ~10k, 100k, 1M directed edges
-    python -m launch.bench_csnn --sizes=10000,100000 --repeats=3
+    python -m launch.bench --methods=csnn     # ~10k, 100k, 1M directed edges
 
 One process; for each target edge count E*, a side x side king-move grid (`data.grid_king_edges`
 + `data.undirected`: both directions, sorted by receiver, ~8 directed edges per node) with the
@@ -14,10 +13,10 @@ dropout), freshly initialised params, random normal node states:
   2. one GCN layer (`graph_ops.gcn_layer`, the bare convolution) with C = 96, the same node
      width, so the ratio is the price of the sheaf maps at equal state size;
 each jitted forward alone, and forward + backward (jax.grad of the output's sum w.r.t. the layer
-params and the node states). Reported: seconds, edges/s (E / seconds) and the ratio CSNN time /
-GCN time. As context, the CSNN forward is split into its map learners (`model.csnn_maps`
-jitted alone) and the two sheaf operators (`sheaf.diffusion` on fixed maps).
-Writes `results/bench_csnn.json`.
+params and the node states). Figures: CSNN time / GCN time, forward and forward + backward. The
+JSON also has edges/s (E / seconds) and, as context, the CSNN forward split into its map
+learners (`model.csnn_maps` jitted alone) and the two sheaf operators (`sheaf.diffusion` on
+fixed maps).
 """
 
 import dataclasses
@@ -26,9 +25,8 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
 
-from launch.timing import environment, median_seconds, write_json
+from core.benchmark import Ratio, Result, median_seconds
 from methods.csnn import data, graph_ops, model, sheaf
 
 SIZES = (10_000, 100_000, 1_000_000)
@@ -101,7 +99,7 @@ def _time(fn, args, repeats: int) -> float:
     return median_seconds(lambda: jax.block_until_ready(jitted(*args)), repeats)
 
 
-def split_csnn(layer, x_NDC, edges, repeats: int) -> dict:
+def _split_csnn(layer, x_NDC, edges, repeats: int) -> dict:
     """The CSNN forward's parts: the map learners alone, and the two sheaf operators B(A(.))
     on fixed maps (the mixing and the residual update, both elementwise-cheap, are left out)."""
     maps_fn = functools.partial(model.csnn_maps, CSNN_CFG)
@@ -113,7 +111,7 @@ def split_csnn(layer, x_NDC, edges, repeats: int) -> dict:
     }
 
 
-def measure_one(target_E: int, repeats: int, key=None) -> dict:
+def _measure_one(target_E: int, repeats: int, key=None) -> dict:
     n, edges = graph(target_E)
     num_E = int(edges.senders_E.shape[0])
     per_model = inputs(n, jax.random.key(0) if key is None else key)
@@ -126,65 +124,24 @@ def measure_one(target_E: int, repeats: int, key=None) -> dict:
         for name in ("csnn", "gcn"):
             row[f"{name}_{phase}_edges_per_s"] = num_E / row[f"{name}_{phase}_seconds"]
         row[f"csnn_over_gcn_{phase}"] = row[f"csnn_{phase}_seconds"] / row[f"gcn_{phase}_seconds"]
-    row.update(split_csnn(*per_model["csnn"], edges, repeats))
+    row.update(_split_csnn(*per_model["csnn"], edges, repeats))
     return row
 
 
-def measure(sizes=SIZES, repeats: int = 5) -> list[dict]:
-    rows = []
-    for target_E in sizes:
-        rows.append(measure_one(target_E, repeats))
-        r = rows[-1]
-        print(
-            f"E={r['edges']} N={r['nodes']}: CSNN fwd {r['csnn_forward_seconds']:.4f} s, "
-            f"GCN fwd {r['gcn_forward_seconds']:.4f} s, CSNN fwd+bwd "
-            f"{r['csnn_fwd_bwd_seconds']:.4f} s, GCN fwd+bwd {r['gcn_fwd_bwd_seconds']:.4f} s",
-            flush=True,
+def measure(*, smoke: bool = False) -> Result:
+    sizes, repeats = ((500, 2000), 1) if smoke else (SIZES, 3)
+    rows = [_measure_one(target_E, repeats) for target_E in sizes]
+    ratios = [
+        Ratio(
+            f"one layer {label}, E={r['edges']} N={r['nodes']}, width 96, float32",
+            f"CSNN (d={STALK}, C={CHANNELS})",
+            r[f"csnn_{phase}_seconds"],
+            f"GCN (C={WIDTH})",
+            r[f"gcn_{phase}_seconds"],
+            "s",
         )
-    return rows
-
-
-def report_lines(rows: list[dict]) -> list[str]:
-    lines = [
-        f"One layer, float32, on {jax.devices()[0].platform}: CSNN d={STALK}, C={CHANNELS} (MLP "
-        f"map learners 2 x 64) vs GCN C={WIDTH}; edges/s = E / median seconds:",
-        "| E | N | CSNN fwd s | GCN fwd s | CSNN fwd edges/s | GCN fwd edges/s | CSNN/GCN fwd "
-        "| CSNN fwd+bwd s | GCN fwd+bwd s | CSNN fwd+bwd edges/s | GCN fwd+bwd edges/s "
-        "| CSNN/GCN fwd+bwd | CSNN maps s | CSNN operators s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        for r in rows
+        for phase, label in (("forward", "forward"), ("fwd_bwd", "forward + backward"))
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['edges']} | {r['nodes']} | {r['csnn_forward_seconds']:.4f} | "
-            f"{r['gcn_forward_seconds']:.4f} | {r['csnn_forward_edges_per_s']:.3g} | "
-            f"{r['gcn_forward_edges_per_s']:.3g} | {r['csnn_over_gcn_forward']:.1f} | "
-            f"{r['csnn_fwd_bwd_seconds']:.4f} | {r['gcn_fwd_bwd_seconds']:.4f} | "
-            f"{r['csnn_fwd_bwd_edges_per_s']:.3g} | {r['gcn_fwd_bwd_edges_per_s']:.3g} | "
-            f"{r['csnn_over_gcn_fwd_bwd']:.1f} | {r['csnn_maps_seconds']:.4f} | "
-            f"{r['csnn_operators_seconds']:.4f} |"
-        )
-    return lines
-
-
-def define_flags() -> None:
-    """Called only when run as a script: absl refuses a flag defined twice, and the tests import
-    several benchmarks into one process."""
-    flags.DEFINE_list("sizes", [str(n) for n in SIZES], "Target directed edge counts.")
-    flags.DEFINE_integer("repeats", 5, "Timed calls per measurement, after one warm-up.")
-    flags.DEFINE_string("out", "results/bench_csnn.json", "Where the JSON report goes.")
-
-
-def main(argv):
-    del argv
-    FLAGS = flags.FLAGS
-    rows = measure([int(n) for n in FLAGS.sizes], FLAGS.repeats)
-    print("\n".join(report_lines(rows)))
     configs = {"csnn": dataclasses.asdict(CSNN_CFG), "gcn": dataclasses.asdict(GCN_CFG)}
-    report = {"environment": environment(), "repeats": FLAGS.repeats, "configs": configs}
-    write_json({**report, "rows": rows}, FLAGS.out)
-    print(f"wrote {FLAGS.out}")
-
-
-if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    return Result(ratios, {"repeats": repeats, "configs": configs, "rows": rows})
