@@ -105,7 +105,7 @@ def make_mask(
             raise ValueError(f"attention mask {kind!r} needs block_ids_BT")
         if block_ids_BT.shape != (B, T):
             raise ValueError(f"block_ids_BT has shape {block_ids_BT.shape}, expected {(B, T)}")
-        if kind == "segment" and S != T:
+        if kind == "segment" and not (isinstance(index, int) and index == 0):
             raise ValueError("attention mask 'segment' has no cached form (cached keys' ids)")
         # The new tokens' ids placed at their slots; cached slots (< index) are always visible.
         ids_BS = jax.lax.dynamic_update_slice(
@@ -115,7 +115,7 @@ def make_mask(
         q_BT1, k_B1S = block_ids_BT[:, :, None], ids_BS[:, None, :]
         same_block = (k_B1S == q_BT1) if kind == "segment" else (k_B1S <= q_BT1)
         visible_BTS = (slots_S < index)[None, None, :] | (new_S[None, None, :] & same_block)
-    return visible_BTS & key_mask_BS[:, None, :]
+    return jnp.broadcast_to(visible_BTS & key_mask_BS[:, None, :], (B, T, S))
 
 
 def encode_positions(
