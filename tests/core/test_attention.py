@@ -49,8 +49,13 @@ def dense_mask(kind, key_mask_BS, index, block_ids_BT):
 def test_masks_equal_explicit_dense_loops(kind, index):
     if kind == "segment" and index:
         with pytest.raises(ValueError, match="no cached form"):
-            attention.make_mask(kind, jnp.ones((2, 9), bool), num_queries=4, index=3,
-                                block_ids_BT=jnp.zeros((2, 4), jnp.int32))  # fmt: skip
+            attention.make_mask(
+                kind,
+                jnp.ones((2, 9), bool),
+                num_queries=4,
+                index=3,
+                block_ids_BT=jnp.zeros((2, 4), jnp.int32),
+            )
         return
     rng = np.random.default_rng(0)
     T = 6
@@ -61,9 +66,12 @@ def test_masks_equal_explicit_dense_loops(kind, index):
     # packed row whose ids restart: "block" must compare ids, not positions.
     block_ids_BT = np.array([[0, 0, 0, 1, 2, 3], [0, 0, 1, 1, 2, 2], [0, 1, 1, 0, 0, 2]])
     got = attention.make_mask(
-        kind, jnp.asarray(key_mask_BS), num_queries=T, index=index,
+        kind,
+        jnp.asarray(key_mask_BS),
+        num_queries=T,
+        index=index,
         block_ids_BT=jnp.asarray(block_ids_BT),
-    )  # fmt: skip
+    )
     np.testing.assert_array_equal(got, dense_mask(kind, key_mask_BS, index, block_ids_BT))
 
 
@@ -121,8 +129,9 @@ def test_embeddings_in_equal_tokens_in():
     # A soft token (probability-weighted embedding) is a different input: different logits.
     probs_BTV = jax.nn.softmax(jax.random.normal(jax.random.key(4), (2, 9, CFG.vocab_size)))
     soft_BTD = probs_BTV @ params["embed"]["embedding"]
-    assert not np.allclose(transformer.apply(CFG, params, embeddings_BTD=soft_BTD)[0],
-                           from_embeddings)  # fmt: skip
+    assert not np.allclose(
+        transformer.apply(CFG, params, embeddings_BTD=soft_BTD)[0], from_embeddings
+    )
     with pytest.raises(ValueError, match="exactly one"):
         transformer.apply(CFG, params, tokens_BT, embeddings_BTD=x_BTD)
 
