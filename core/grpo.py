@@ -146,8 +146,16 @@ class Rollout(NamedTuple):
     done_R: jax.Array  # bool, the row ended (eos) rather than running out of tokens
 
 
-def sample_rollout(policy, params, batch, *, rng, gcfg: GRPOConfig, prompt_key="prompt",
-                   prompt_mask_key="prompt_mask") -> Rollout:  # fmt: skip
+def sample_rollout(
+    policy,
+    params,
+    batch,
+    *,
+    rng,
+    gcfg: GRPOConfig,
+    prompt_key="prompt",
+    prompt_mask_key="prompt_mask",
+) -> Rollout:
     """The default rollout: `rollout` (the cached sampler) on the batch's prompts."""
     prompt_RP, prompt_mask_RP, out = rollout(
         policy, params, batch[prompt_key], batch[prompt_mask_key], rng=rng, gcfg=gcfg
@@ -202,9 +210,15 @@ def policy_logprobs(policy, params, scored: "Scored", *, temperature, entropy=Fa
     """The default `logprob_fn`: `token_logprobs` of the scored rollout's completions;
     (logp_RN, entropy_RN or None)."""
     out = token_logprobs(
-        policy, params, scored.prompt_RP, scored.prompt_mask_RP, scored.tokens_RN,
-        scored.mask_RN, temperature=temperature, entropy=entropy,
-    )  # fmt: skip
+        policy,
+        params,
+        scored.prompt_RP,
+        scored.prompt_mask_RP,
+        scored.tokens_RN,
+        scored.mask_RN,
+        temperature=temperature,
+        entropy=entropy,
+    )
     return out if entropy else (out, None)
 
 
@@ -346,11 +360,19 @@ def update(
 
     def loss(p, part: Scored, old_RN, ref_RN):
         logp_RN, entropy_RN = logprob_fn(p, part, entropy=gcfg.entropy_coef > 0)
+        if gcfg.entropy_coef > 0 and entropy_RN is None:
+            raise ConfigError("grpo.entropy_coef > 0 but logprob_fn returned no entropy")
         old_RN = jax.lax.stop_gradient(logp_RN) if old_RN is None else old_RN
         return policy_loss(
-            logp_RN, old_RN, part.adv_R, part.weight_RN, gcfg, ref_RN,
-            entropy_RN=entropy_RN, denoms=denoms,
-        )  # fmt: skip
+            logp_RN,
+            old_RN,
+            part.adv_R,
+            part.weight_RN,
+            gcfg,
+            ref_RN,
+            entropy_RN=entropy_RN,
+            denoms=denoms,
+        )
 
     grad_fn = jax.value_and_grad(loss, has_aux=True)
 
@@ -437,9 +459,15 @@ def make_step(
         )
         reference = state.extra.get("reference") if gcfg.kl_beta > 0 else None
         params, opt_state, metrics = update(
-            policy, tx, gcfg, state.params, state.opt_state, scored, reference,
+            policy,
+            tx,
+            gcfg,
+            state.params,
+            state.opt_state,
+            scored,
+            reference,
             logprob_fn=logprob_fn,
-        )  # fmt: skip
+        )
         rewards_BG = rewards_R.reshape(-1, gcfg.group_size)
         lengths_R = rolled.mask_RN.sum(axis=1, dtype=jnp.int32)
         metrics |= {

@@ -132,9 +132,13 @@ def encode_positions(
     """(q_BTHK, k_BTHK, state) with positions encoded; a kind name or a method's function."""
     if callable(positions):
         return positions(
-            q_BTHK, k_BTHK, positions_BT=positions_BT, x_BTD=x_BTD, key_mask_BT=key_mask_BT,
+            q_BTHK,
+            k_BTHK,
+            positions_BT=positions_BT,
+            x_BTD=x_BTD,
+            key_mask_BT=key_mask_BT,
             state=state,
-        )  # fmt: skip
+        )
     q_BTHK, k_BTHK = positions_lib.apply_positions(
         positions, q_BTHK, k_BTHK, positions_BT, base=rope_base
     )
@@ -186,8 +190,9 @@ class MultiHeadAttention(nnx.Module):
     (`make_mask`, built once per forward and shared by the layers).
     """
 
-    def __init__(self, cfg, rngs: nnx.Rngs, *, positions: str | Callable = "rope",
-                 impl: str = "xla"):  # fmt: skip
+    def __init__(
+        self, cfg, rngs: nnx.Rngs, *, positions: str | Callable = "rope", impl: str = "xla"
+    ):
         check_positions(positions)
         check_impl(impl)
         dense = layers.dense_factory(cfg, rngs)
@@ -218,9 +223,14 @@ class MultiHeadAttention(nnx.Module):
         k_BTHK = self.k(x_BTD).reshape(B, T, H, K)
         v_BTHK = self.v(x_BTD).reshape(B, T, H, K)
         q_BTHK, k_BTHK, _ = encode_positions(
-            self.positions, q_BTHK, k_BTHK, positions_BT=positions_BT, rope_base=self.rope_base,
-            x_BTD=x_BTD, key_mask_BT=key_mask_BT,
-        )  # fmt: skip
+            self.positions,
+            q_BTHK,
+            k_BTHK,
+            positions_BT=positions_BT,
+            rope_base=self.rope_base,
+            x_BTD=x_BTD,
+            key_mask_BT=key_mask_BT,
+        )
         new_cache_kv = None
         if cache_kv is None:
             k_BSHK, v_BSHK = k_BTHK, v_BTHK

@@ -159,9 +159,16 @@ class Transformer(nnx.Module):
         self.cfg = cfg
 
     def __call__(
-        self, x_BTD, positions_BT, key_mask_BT, cache=None, *, block_ids_BT=None, capture=(),
+        self,
+        x_BTD,
+        positions_BT,
+        key_mask_BT,
+        cache=None,
+        *,
+        block_ids_BT=None,
+        capture=(),
         head=True,
-    ):  # fmt: skip
+    ):
         """(logits_BTV or None, new cache or None, captured dict) from input embeddings."""
         T = x_BTD.shape[1]
         captured = {}
@@ -178,9 +185,12 @@ class Transformer(nnx.Module):
             key_mask_BS = lax.dynamic_update_slice(cache.key_mask, key_mask_BT, (0, index))
             cache_kv = (cache.k, cache.v)
         mask_BTS = attention.make_mask(
-            self.cfg.attention_mask, key_mask_BS, num_queries=T, index=index,
+            self.cfg.attention_mask,
+            key_mask_BS,
+            num_queries=T,
+            index=index,
             block_ids_BT=block_ids_BT,
-        )  # fmt: skip
+        )
         for layer, block in enumerate(self.blocks):
             if cache is not None:
                 cache_kv = (*cache_kv, index)
@@ -269,9 +279,14 @@ def forward(
     if key_mask_BT is None:
         key_mask_BT = jnp.ones((B, T), bool)
     logits_BTV, cache, captured = model(
-        x_BTD, positions_BT, key_mask_BT.astype(bool), cache, block_ids_BT=block_ids_BT,
-        capture=tuple(capture), head=head,
-    )  # fmt: skip
+        x_BTD,
+        positions_BT,
+        key_mask_BT.astype(bool),
+        cache,
+        block_ids_BT=block_ids_BT,
+        capture=tuple(capture),
+        head=head,
+    )
     return Output(logits_BTV, cache, captured)
 
 
@@ -298,9 +313,15 @@ def apply(
       the cache (inside jit an overflow cannot raise: `dynamic_update_slice` clamps the start).
     """
     out = forward(
-        cfg, params, tokens_BT, embeddings_BTD=embeddings_BTD, positions_BT=positions_BT,
-        key_mask_BT=key_mask_BT, block_ids_BT=block_ids_BT, cache=cache,
-    )  # fmt: skip
+        cfg,
+        params,
+        tokens_BT,
+        embeddings_BTD=embeddings_BTD,
+        positions_BT=positions_BT,
+        key_mask_BT=key_mask_BT,
+        block_ids_BT=block_ids_BT,
+        cache=cache,
+    )
     return out.logits_BTV, out.cache
 
 
@@ -308,9 +329,14 @@ def features(cfg, params, tokens_BT, *, positions_BT=None, key_mask_BT=None) -> 
     """The final normalised hidden state [B, T, D] (what the output projection reads), e.g.
     for a probe on a frozen model. Same arguments as `apply`, without a cache."""
     out = forward(
-        cfg, params, tokens_BT, positions_BT=positions_BT, key_mask_BT=key_mask_BT,
-        capture=("final_norm",), head=False,
-    )  # fmt: skip
+        cfg,
+        params,
+        tokens_BT,
+        positions_BT=positions_BT,
+        key_mask_BT=key_mask_BT,
+        capture=("final_norm",),
+        head=False,
+    )
     return out.captured["final_norm"]
 
 

@@ -410,9 +410,15 @@ class Mixer(nnx.Module):
             if cfg.position == "rope":
                 positions_BT = _positions(mask_BT, None if cache is None else cache["seen"])
         q_BTHK, k_BTHK, state = attention.encode_positions(
-            positions, q_BTHK, k_BTHK, positions_BT=positions_BT, rope_base=cfg.rope_base,
-            x_BTD=x_BTD, key_mask_BT=mask_BT, state=state,
-        )  # fmt: skip
+            positions,
+            q_BTHK,
+            k_BTHK,
+            positions_BT=positions_BT,
+            rope_base=cfg.rope_base,
+            x_BTD=x_BTD,
+            key_mask_BT=mask_BT,
+            state=state,
+        )
         if cfg.position == "selective":
             angle_BHR = state["angle"]
             if cache is not None:
