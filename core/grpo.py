@@ -1,10 +1,22 @@
-"""GRPO: group-relative policy optimisation of a `core.nn.transformer` policy.
+"""GRPO: group-relative policy optimisation of any `core.nn.policy.Policy`.
 
-    step = grpo.make_step(cfg, tx, reward_fn, grpo.GRPOConfig(group_size=16, max_new_tokens=8))
+    step = grpo.make_step(policy, tx, reward_fn, grpo.GRPOConfig(group_size=16, max_new_tokens=8))
 
-One step, all inside one jit: sample G completions per prompt with the cached sampler
-(`rollout`), score them (`reward_fn`), subtract each group's mean reward (`group_advantages`),
-and take `ppo_epochs` clipped policy-gradient updates on the generated tokens (`policy_loss`).
+`policy` is a Policy (its apply and init_cache; `core.nn.transformer.policy(cfg)` for the core
+LM), or a TransformerConfig as shorthand for that. One step, all inside one jit: sample G
+completions per prompt with the cached sampler (`rollout`), score them (`reward_fn`), subtract
+each group's mean reward (`group_advantages`), and take `ppo_epochs` clipped policy-gradient
+updates on the generated tokens (`policy_loss`), each over `microbatches` slices of the rows.
+
+A method replaces the parts that are not plain sampling (make_step's keyword arguments):
+  rollout_fn(policy, params, batch, *, rng, gcfg) -> Rollout
+    e.g. multi-turn with a tool: the completion holds the policy's tokens and the
+    environment's replies; `Rollout.policy_mask_RN` is True only on the policy's, so the
+    environment's tokens are read by the model (they are in `mask_RN`) but get no loss.
+  logprob_fn(params, scored, *, entropy) -> (logp_RN, entropy_RN or None)
+    the trained policy's log-probabilities of the completion tokens (teacher-forced), and
+    with entropy=True the per-token entropy of its distribution (default:
+    `policy_logprobs`, the policy's apply over prompt + completion).
 
 `reward_fn(batch_R, tokens_RN, mask_RN) -> (rewards_R, metrics)` must be jittable; batch_R is the
 prompt batch with every field repeated G times (rows of one prompt are contiguous), tokens_RN the
@@ -12,10 +24,12 @@ completions and mask_RN True on generated tokens up to and including eos. R = B 
 
 Defaults follow Dr. GRPO / the TRL settings RLCR used: advantages r - mean(group) without std
 scaling (std scaling amplifies noise in near-uniform groups), no KL, one PPO epoch (so the ratio
-is 1 and the clip never fires), token-level aggregation over the batch.
+is 1 and the clip never fires), token-level aggregation over the batch, no entropy bonus, one
+microbatch.
 """
 
 import dataclasses
+import functools
 import numbers
 from collections.abc import Callable
 from typing import NamedTuple
@@ -25,7 +39,8 @@ import jax.numpy as jnp
 import optax
 
 from core.errors import ConfigError
-from core.nn import sampler, transformer
+from core.nn import sampler
+from core.nn.policy import Policy, as_policy
 
 AGGREGATIONS = ("token", "sequence", "fixed")
 
@@ -45,6 +60,11 @@ class GRPOConfig:
     mask_truncated: completions that never emitted eos get no loss.
     kl_beta > 0 adds beta * KL(policy || reference) per token (the k3 estimator), the
       reference params read from `state.extra["reference"]`.
+    entropy_coef > 0 subtracts coef * H(policy at the token's position) per token (an
+      entropy bonus, aggregated like the surrogate); 0 computes no entropy at all.
+    microbatches: each update's gradient is the sum of this many slices of the rows (each
+      normalised by the whole batch's token / sequence count, so the sum is the full-batch
+      gradient up to float32 summation order); rows (prompts x group) must divide evenly.
     """
 
     group_size: int
@@ -62,9 +82,11 @@ class GRPOConfig:
     drop_zero_variance: bool = True
     mask_truncated: bool = False
     ppo_epochs: int = 1
+    entropy_coef: float = 0.0
+    microbatches: int = 1
 
     def __post_init__(self):
-        for name in ("group_size", "max_new_tokens", "ppo_epochs"):
+        for name in ("group_size", "max_new_tokens", "ppo_epochs", "microbatches"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ConfigError(f"grpo.{name} must be a positive int, got {value!r}")
@@ -79,7 +101,7 @@ class GRPOConfig:
             raise ConfigError(f"grpo.temperature must be > 0 for sampling, got {self.temperature}")
         if self.mask_truncated and self.eos_id is None:
             raise ConfigError("grpo.mask_truncated needs eos_id: without it no row ever ends")
-        for name in ("clip_low", "clip_high", "kl_beta"):
+        for name in ("clip_low", "clip_high", "kl_beta", "entropy_coef"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"grpo.{name} must be >= 0, got {getattr(self, name)!r}")
 
@@ -89,11 +111,11 @@ def repeat_groups(tree, group_size: int):
     return jax.tree.map(lambda x: jnp.repeat(x, group_size, axis=0), tree)
 
 
-def rollout(cfg, params, prompt_BP, prompt_mask_BP, *, rng, gcfg: GRPOConfig):
+def rollout(policy: Policy, params, prompt_BP, prompt_mask_BP, *, rng, gcfg: GRPOConfig):
     """G samples per prompt: (prompt_RP, prompt_mask_RP, sampler.SampleOutput over R = B*G)."""
     prompt_RP, prompt_mask_RP = repeat_groups((prompt_BP, prompt_mask_BP), gcfg.group_size)
     out = sampler.sample(
-        cfg,
+        policy,
         params,
         prompt_RP,
         rng=rng,
@@ -106,6 +128,39 @@ def rollout(cfg, params, prompt_BP, prompt_mask_BP, *, rng, gcfg: GRPOConfig):
         pad_id=gcfg.pad_id,
     )
     return prompt_RP, prompt_mask_RP, out
+
+
+class Rollout(NamedTuple):
+    """What a rollout function returns (R = prompts x group rows, a prompt's rows contiguous).
+
+    The completion may interleave the policy's tokens with an environment's (multi-turn): all
+    of them are in mask_RN (the model reads them when scoring), only the policy's are in
+    policy_mask_RN (only they get a loss). reward_fn sees tokens_RN and mask_RN.
+    """
+
+    prompt_RP: jax.Array  # int32, left-padded prompts
+    prompt_mask_RP: jax.Array  # bool
+    tokens_RN: jax.Array  # int32 completion tokens, pad after the end
+    mask_RN: jax.Array  # bool, True on every completion token (policy's and environment's)
+    policy_mask_RN: jax.Array  # bool, True on the tokens the policy sampled
+    done_R: jax.Array  # bool, the row ended (eos) rather than running out of tokens
+
+
+def sample_rollout(
+    policy,
+    params,
+    batch,
+    *,
+    rng,
+    gcfg: GRPOConfig,
+    prompt_key="prompt",
+    prompt_mask_key="prompt_mask",
+) -> Rollout:
+    """The default rollout: `rollout` (the cached sampler) on the batch's prompts."""
+    prompt_RP, prompt_mask_RP, out = rollout(
+        policy, params, batch[prompt_key], batch[prompt_mask_key], rng=rng, gcfg=gcfg
+    )
+    return Rollout(prompt_RP, prompt_mask_RP, out.tokens_BN, out.mask_BN, out.mask_BN, out.done_B)
 
 
 def group_advantages(rewards_R, group_size: int, *, scale_std: bool = False, eps: float = 1e-4):
@@ -122,18 +177,22 @@ def group_advantages(rewards_R, group_size: int, *, scale_std: bool = False, eps
     return adv_BG.reshape(-1), jnp.repeat(informative_B, group_size)
 
 
-def token_logprobs(cfg, params, prompt_RP, prompt_mask_RP, tokens_RN, mask_RN, *, temperature):
+def token_logprobs(
+    policy, params, prompt_RP, prompt_mask_RP, tokens_RN, mask_RN, *, temperature, entropy=False
+):
     """log softmax(logits / temperature) of each generated token, teacher-forced: [R, N].
 
     The same tempered distribution the sampler drew from, so at the sampling params the
     ratio to the sampler's log-probs is 1. Entries where mask_RN is False are garbage.
+    With entropy=True returns (logp_RN, entropy_RN): also the entropy of that distribution
+    at each completion position.
     """
+    policy = as_policy(policy)
     P = prompt_RP.shape[1]
     seq_RT = jnp.concatenate([prompt_RP, tokens_RN], axis=1)
     key_mask_RT = jnp.concatenate([prompt_mask_RP.astype(bool), mask_RN.astype(bool)], axis=1)
     positions_RT = jnp.maximum(jnp.cumsum(key_mask_RT, axis=1, dtype=jnp.int32) - 1, 0)
-    logits_RTV, _ = transformer.apply(
-        cfg,
+    logits_RTV, _ = policy.apply(
         params,
         seq_RT[:, :-1],
         positions_BT=positions_RT[:, :-1],
@@ -141,31 +200,76 @@ def token_logprobs(cfg, params, prompt_RP, prompt_mask_RP, tokens_RN, mask_RN, *
     )
     # Position P-1+i (the last prompt token, then each generated one) predicts tokens_RN[:, i].
     logp_RNV = jax.nn.log_softmax(logits_RTV[:, P - 1 :] / temperature, axis=-1)
-    return jnp.take_along_axis(logp_RNV, tokens_RN[..., None], axis=-1)[..., 0]
+    logp_RN = jnp.take_along_axis(logp_RNV, tokens_RN[..., None], axis=-1)[..., 0]
+    if not entropy:
+        return logp_RN
+    return logp_RN, -(jnp.exp(logp_RNV) * logp_RNV).sum(axis=-1)
 
 
-def aggregate(per_token_RN, weight_RN, aggregation: str, max_new_tokens: int):
-    """One number from per-token values; weight_RN is 1 on tokens that count, 0 elsewhere."""
+def policy_logprobs(policy, params, scored: "Scored", *, temperature, entropy=False):
+    """The default `logprob_fn`: `token_logprobs` of the scored rollout's completions;
+    (logp_RN, entropy_RN or None)."""
+    out = token_logprobs(
+        policy,
+        params,
+        scored.prompt_RP,
+        scored.prompt_mask_RP,
+        scored.tokens_RN,
+        scored.mask_RN,
+        temperature=temperature,
+        entropy=entropy,
+    )
+    return out if entropy else (out, None)
+
+
+def denominator(weight_RN, aggregation: str, max_new_tokens: int):
+    """What `aggregate` divides by: kept tokens ("token"), kept sequences ("sequence"), kept
+    sequences x max_new_tokens ("fixed"); at least 1. Computed on the whole batch, it lets
+    microbatches' aggregates sum to the whole batch's."""
     if aggregation == "token":
-        return (per_token_RN * weight_RN).sum() / jnp.maximum(weight_RN.sum(), 1.0)
-    per_seq_R = (per_token_RN * weight_RN).sum(axis=1)
+        return jnp.maximum(weight_RN.sum(), 1.0)
     kept_R = (weight_RN.sum(axis=1) > 0).astype(jnp.float32)
     if aggregation == "sequence":
-        per_seq_R = per_seq_R / jnp.maximum(weight_RN.sum(axis=1), 1.0)
-        return per_seq_R.sum() / jnp.maximum(kept_R.sum(), 1.0)
+        return jnp.maximum(kept_R.sum(), 1.0)
     if aggregation == "fixed":
-        return per_seq_R.sum() / (jnp.maximum(kept_R.sum(), 1.0) * max_new_tokens)
+        return jnp.maximum(kept_R.sum(), 1.0) * max_new_tokens
     raise ConfigError(f"aggregation={aggregation!r} is unknown; expected one of {AGGREGATIONS}")
 
 
-def policy_loss(logp_RN, old_logp_RN, adv_R, weight_RN, gcfg: GRPOConfig, ref_logp_RN=None):
-    """Clipped surrogate -min(ratio A, clip(ratio) A) (+ beta KL), aggregated; (loss, metrics)."""
+def aggregate(per_token_RN, weight_RN, aggregation: str, max_new_tokens: int, denom=None):
+    """One number from per-token values; weight_RN is 1 on tokens that count, 0 elsewhere.
+    denom: `denominator(...)` of the whole batch when these rows are a microbatch of it."""
+    if denom is None:
+        denom = denominator(weight_RN, aggregation, max_new_tokens)
+    if aggregation == "token":
+        return (per_token_RN * weight_RN).sum() / denom
+    per_seq_R = (per_token_RN * weight_RN).sum(axis=1)
+    if aggregation == "sequence":
+        per_seq_R = per_seq_R / jnp.maximum(weight_RN.sum(axis=1), 1.0)
+    return per_seq_R.sum() / denom
+
+
+def policy_loss(
+    logp_RN,
+    old_logp_RN,
+    adv_R,
+    weight_RN,
+    gcfg: GRPOConfig,
+    ref_logp_RN=None,
+    *,
+    entropy_RN=None,
+    denoms=None,
+):
+    """Clipped surrogate -min(ratio A, clip(ratio) A) (+ beta KL) (- coef entropy), aggregated;
+    (loss, metrics). denoms: (the loss's, the token metrics') `denominator`s of the whole
+    batch, when these rows are a microbatch (metrics then sum over microbatches too)."""
     ratio_RN = jnp.exp(logp_RN - old_logp_RN)
     adv_R1 = adv_R[:, None]
     clipped_RN = jnp.clip(ratio_RN, 1.0 - gcfg.clip_low, 1.0 + gcfg.clip_high)
     per_token_RN = -jnp.minimum(ratio_RN * adv_R1, clipped_RN * adv_R1)
     weight_RN = weight_RN.astype(jnp.float32)
-    stat = lambda x_RN: aggregate(x_RN, weight_RN, "token", gcfg.max_new_tokens)  # noqa: E731
+    loss_denom, token_denom = (None, None) if denoms is None else denoms
+    stat = lambda x_RN: aggregate(x_RN, weight_RN, "token", gcfg.max_new_tokens, token_denom)  # noqa: E731
     # Clipped where the min takes the clipped term: no gradient flows through those tokens.
     active_RN = clipped_RN * adv_R1 < ratio_RN * adv_R1
     metrics = {"clip_fraction": stat(active_RN.astype(jnp.float32))}
@@ -176,18 +280,26 @@ def policy_loss(logp_RN, old_logp_RN, adv_R, weight_RN, gcfg: GRPOConfig, ref_lo
         kl_RN = jnp.exp(log_r_RN) - log_r_RN - 1.0
         per_token_RN = per_token_RN + gcfg.kl_beta * kl_RN
         metrics["kl"] = stat(kl_RN)
-    loss = aggregate(per_token_RN, weight_RN, gcfg.aggregation, gcfg.max_new_tokens)
+    if entropy_RN is not None and gcfg.entropy_coef > 0:
+        per_token_RN = per_token_RN - gcfg.entropy_coef * entropy_RN
+        metrics["entropy"] = stat(entropy_RN)
+    loss = aggregate(per_token_RN, weight_RN, gcfg.aggregation, gcfg.max_new_tokens, loss_denom)
     return loss, metrics
 
 
 def loss_weights(out: sampler.SampleOutput, informative_R, gcfg: GRPOConfig):
     """1.0 on generated tokens that take part in the loss, 0.0 elsewhere: [R, N]."""
+    return policy_weights(out.mask_BN, out.done_B, informative_R, gcfg)
+
+
+def policy_weights(policy_mask_RN, done_R, informative_R, gcfg: GRPOConfig):
+    """`loss_weights` from a rollout's policy-token mask and done flags."""
     keep_R = jnp.ones_like(informative_R)
     if gcfg.drop_zero_variance:
         keep_R &= informative_R
     if gcfg.mask_truncated:
-        keep_R &= out.done_B
-    return (out.mask_BN & keep_R[:, None]).astype(jnp.float32)
+        keep_R &= done_R
+    return (policy_mask_RN & keep_R[:, None]).astype(jnp.float32)
 
 
 class Scored(NamedTuple):
@@ -201,35 +313,87 @@ class Scored(NamedTuple):
     weight_RN: jax.Array  # 1.0 on the tokens that take part in the loss (`loss_weights`)
 
 
-def update(cfg, tx, gcfg: GRPOConfig, params, opt_state, scored: Scored, reference=None):
-    """`gcfg.ppo_epochs` clipped policy-gradient updates on one scored rollout.
+def update(
+    policy,
+    tx,
+    gcfg: GRPOConfig,
+    params,
+    opt_state,
+    scored: Scored,
+    reference=None,
+    *,
+    logprob_fn: Callable | None = None,
+):
+    """`gcfg.ppo_epochs` clipped policy-gradient updates on one scored rollout, each from the
+    gradient summed over `gcfg.microbatches` slices of the rows.
 
     Returns (params, opt_state, metrics of the last epoch). `reference`: the KL's frozen params
-    (needed when gcfg.kl_beta > 0).
+    (needed when gcfg.kl_beta > 0). logprob_fn: see the module docstring (default
+    `policy_logprobs` of `policy`).
     """
-    logprobs = lambda p: token_logprobs(  # noqa: E731
-        cfg, p, scored.prompt_RP, scored.prompt_mask_RP, scored.tokens_RN, scored.mask_RN,
-        temperature=gcfg.temperature,
-    )  # fmt: skip
+    if logprob_fn is None:
+        logprob_fn = functools.partial(
+            policy_logprobs, as_policy(policy), temperature=gcfg.temperature
+        )
+    M = gcfg.microbatches
+    R = scored.tokens_RN.shape[0]
+    if R % M:
+        raise ConfigError(f"grpo.microbatches={M} does not divide the {R} rows (prompts x group)")
+    logprobs = lambda p, s: logprob_fn(p, s, entropy=False)[0]  # noqa: E731
     ref_logp_RN = None
     if gcfg.kl_beta > 0:
         if reference is None:
             raise ConfigError("grpo.kl_beta > 0 needs the reference params")
-        ref_logp_RN = jax.lax.stop_gradient(logprobs(reference))
+        ref_logp_RN = jax.lax.stop_gradient(_by_microbatch(logprobs, reference, scored, M))
     # One epoch: old = the current policy (ratio 1), no extra forward. More epochs: the policy
     # that sampled, fixed before the first update.
     old_logp_RN = None
     if gcfg.ppo_epochs > 1:
-        old_logp_RN = jax.lax.stop_gradient(logprobs(params))
+        old_logp_RN = jax.lax.stop_gradient(_by_microbatch(logprobs, params, scored, M))
+    # Whole-batch normalisers: microbatch losses and metrics then add up to the batch's.
+    denoms = None
+    if M > 1:
+        denoms = tuple(
+            denominator(scored.weight_RN, kind, gcfg.max_new_tokens)
+            for kind in (gcfg.aggregation, "token")
+        )
 
-    def loss(p):
-        logp_RN = logprobs(p)
-        old = jax.lax.stop_gradient(logp_RN) if old_logp_RN is None else old_logp_RN
-        return policy_loss(logp_RN, old, scored.adv_R, scored.weight_RN, gcfg, ref_logp_RN)
+    def loss(p, part: Scored, old_RN, ref_RN):
+        logp_RN, entropy_RN = logprob_fn(p, part, entropy=gcfg.entropy_coef > 0)
+        if gcfg.entropy_coef > 0 and entropy_RN is None:
+            raise ConfigError("grpo.entropy_coef > 0 but logprob_fn returned no entropy")
+        old_RN = jax.lax.stop_gradient(logp_RN) if old_RN is None else old_RN
+        return policy_loss(
+            logp_RN,
+            old_RN,
+            part.adv_R,
+            part.weight_RN,
+            gcfg,
+            ref_RN,
+            entropy_RN=entropy_RN,
+            denoms=denoms,
+        )
+
+    grad_fn = jax.value_and_grad(loss, has_aux=True)
+
+    def summed_grad(p):
+        """((loss, metrics), grads), summed over the microbatches."""
+        if M == 1:
+            return grad_fn(p, scored, old_logp_RN, ref_logp_RN)
+        parts = _split((scored, old_logp_RN, ref_logp_RN), M)
+
+        def add(total, part):
+            return jax.tree.map(jnp.add, total, grad_fn(p, *part)), None
+
+        zeros = jax.tree.map(
+            lambda x: jnp.zeros(x.shape, x.dtype),
+            jax.eval_shape(grad_fn, p, *jax.tree.map(lambda x: x[0], parts)),
+        )
+        return jax.lax.scan(add, zeros, parts)[0]
 
     def epoch(carry, _):
         p, opt_state = carry
-        (value, metrics), grads = jax.value_and_grad(loss, has_aux=True)(p)
+        (value, metrics), grads = summed_grad(p)
         updates, opt_state = tx.update(grads, opt_state, p)
         metrics = {"loss": value, **metrics, "grad_norm": optax.tree.norm(grads)}
         return (optax.apply_updates(p, updates), opt_state), metrics
@@ -238,57 +402,81 @@ def update(cfg, tx, gcfg: GRPOConfig, params, opt_state, scored: Scored, referen
     return params, opt_state, jax.tree.map(lambda x: x[-1], metrics)
 
 
+def _split(tree, M: int):
+    """Every leaf [R, ...] -> [M, R / M, ...] (None leaves stay None)."""
+    return jax.tree.map(lambda x: x.reshape(M, x.shape[0] // M, *x.shape[1:]), tree)
+
+
+def _by_microbatch(fn, params, scored: Scored, M: int):
+    """fn(params, part) -> [r, N] over M slices of the rows, concatenated back to [R, N]."""
+    if M == 1:
+        return fn(params, scored)
+    out_MrN = jax.lax.map(lambda part: fn(params, part), _split(scored, M))
+    return out_MrN.reshape(-1, *out_MrN.shape[2:])
+
+
 def make_step(
-    cfg,
+    policy,
     tx: optax.GradientTransformation,
     reward_fn: Callable,
     gcfg: GRPOConfig,
     *,
     prompt_key: str = "prompt",
     prompt_mask_key: str = "prompt_mask",
+    rollout_fn: Callable | None = None,
+    logprob_fn: Callable | None = None,
 ) -> Callable:
     """A `Method.step` for GRPO: rollout with the current params, reward, advantages, `update`.
 
     The batch holds the prompts (left-padded) under `prompt_key`/`prompt_mask_key` and whatever
     else `reward_fn` needs per prompt. With gcfg.kl_beta > 0 the reference params are
-    `state.extra["reference"]`.
+    `state.extra["reference"]`. rollout_fn / logprob_fn: a method's own (module docstring);
+    default `sample_rollout` / `policy_logprobs`.
     """
+    policy = as_policy(policy)
+    if rollout_fn is None:
+        rollout_fn = functools.partial(
+            sample_rollout, prompt_key=prompt_key, prompt_mask_key=prompt_mask_key
+        )
 
     def step(state, batch, *, rng):
         sample_rng, _ = jax.random.split(rng)
-        prompt_RP, prompt_mask_RP, out = rollout(
-            cfg,
-            jax.lax.stop_gradient(state.params),
-            batch[prompt_key],
-            batch[prompt_mask_key],
-            rng=sample_rng,
-            gcfg=gcfg,
+        rolled = rollout_fn(
+            policy, jax.lax.stop_gradient(state.params), batch, rng=sample_rng, gcfg=gcfg
         )
         batch_R = repeat_groups(batch, gcfg.group_size)
-        rewards_R, reward_metrics = reward_fn(batch_R, out.tokens_BN, out.mask_BN)
+        rewards_R, reward_metrics = reward_fn(batch_R, rolled.tokens_RN, rolled.mask_RN)
         adv_R, informative_R = group_advantages(
             rewards_R, gcfg.group_size, scale_std=gcfg.scale_std
         )
         scored = Scored(
-            prompt_RP,
-            prompt_mask_RP,
-            out.tokens_BN,
-            out.mask_BN,
+            rolled.prompt_RP,
+            rolled.prompt_mask_RP,
+            rolled.tokens_RN,
+            rolled.mask_RN,
             adv_R,
-            loss_weights(out, informative_R, gcfg),
+            policy_weights(rolled.policy_mask_RN, rolled.done_R, informative_R, gcfg),
         )
         reference = state.extra.get("reference") if gcfg.kl_beta > 0 else None
         params, opt_state, metrics = update(
-            cfg, tx, gcfg, state.params, state.opt_state, scored, reference
+            policy,
+            tx,
+            gcfg,
+            state.params,
+            state.opt_state,
+            scored,
+            reference,
+            logprob_fn=logprob_fn,
         )
         rewards_BG = rewards_R.reshape(-1, gcfg.group_size)
+        lengths_R = rolled.mask_RN.sum(axis=1, dtype=jnp.int32)
         metrics |= {
             "reward": rewards_R.mean(),
             "reward_std_in_group": rewards_BG.std(axis=1).mean(),
             "informative_groups": informative_R.mean(dtype=jnp.float32),
-            "completion_length": out.lengths_B.mean(dtype=jnp.float32),
-            "truncated": 1.0 - out.done_B.mean(dtype=jnp.float32),
-            "num_tokens": out.lengths_B.sum(dtype=jnp.float32),
+            "completion_length": lengths_R.mean(dtype=jnp.float32),
+            "truncated": 1.0 - rolled.done_R.mean(dtype=jnp.float32),
+            "num_tokens": rolled.policy_mask_RN.sum(dtype=jnp.float32),
             **reward_metrics,
         }
         return state.replace(params=params, opt_state=opt_state), metrics

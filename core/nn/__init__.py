@@ -1,7 +1,13 @@
-"""Layers shared by several methods. Import the submodules directly (no re-exports, so that
-`import core.nn.positions` does not pay for flax):
+"""Layers and models shared by several methods. Import the submodules directly (no re-exports,
+so that `import core.nn.positions` does not pay for flax):
 
+  layers       RMSNorm, dense_factory, SwiGLU, PreNormBlock (NNX modules any model config uses)
   positions    position encodings for attention: "none", "rope"; `apply_positions(kind, ...)`
-  transformer  decoder-only LM: TransformerConfig, init_params, apply, init_cache, SHARDING_RULES
-  sampler      KV-cached sampling: filter_logits, sample, sample_jit, SampleOutput
+  attention    make_mask (causal / bidirectional / block / segment + key padding),
+               encode_positions (a kind or a method's function), attend (impl xla /
+               dot_product / auto), MultiHeadAttention, write_cache
+  transformer  the LM: TransformerConfig, init_params, apply (tokens or embeddings), forward
+               (captured intermediates), embed, features, init_cache, policy, SHARDING_RULES
+  policy       Policy: a model as pure functions (apply, init_cache, embed) for sampler / GRPO
+  sampler      KV-cached sampling of any Policy: filter_logits, sample, sample_jit, SampleOutput
 """

@@ -1,7 +1,10 @@
 """Autoregressive sampling with the KV cache, jit-compatible end to end.
 
-    out = sample_jit(cfg, params, prompt_BP, rng=key, max_new_tokens=64,
+    out = sample_jit(policy, params, prompt_BP, rng=key, max_new_tokens=64,
                      prompt_mask_BP=mask_BP, temperature=1.0, top_p=0.9, eos_id=2)
+
+`policy` is a `core.nn.policy.Policy` (any model: its apply and init_cache), or a
+`core.nn.transformer.TransformerConfig`, shorthand for `transformer.policy(cfg)`.
 
 Prompts are LEFT-padded (prompt_mask_BP False on padding), so every row's last prompt column is
 a real token and one prefill call gives every row's first next-token distribution. Each row
@@ -21,7 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from core.nn import transformer
+from core.nn.policy import Policy, as_policy
 
 
 class SampleOutput(NamedTuple):
@@ -79,7 +82,7 @@ def _choose(logits_BV, key, *, temperature, top_k, top_p):
 
 
 def sample(
-    cfg: transformer.TransformerConfig,
+    policy: Policy,
     params,
     prompt_BP: jax.Array,
     *,
@@ -94,9 +97,10 @@ def sample(
 ) -> SampleOutput:
     """Generates up to `max_new_tokens` tokens per row after a left-padded prompt.
 
-    temperature == 0 is greedy. Static under jit: cfg, max_new_tokens, temperature, top_k,
+    temperature == 0 is greedy. Static under jit: policy, max_new_tokens, temperature, top_k,
     top_p, eos_id (see `sample_jit`). The cache holds P + max_new_tokens - 1 slots.
     """
+    policy = as_policy(policy)
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if temperature < 0:
@@ -110,9 +114,8 @@ def sample(
     positions_BP = jnp.maximum(jnp.cumsum(prompt_mask_BP, axis=1, dtype=jnp.int32) - 1, 0)
     choose = functools.partial(_choose, temperature=temperature, top_k=top_k, top_p=top_p)
 
-    cache = transformer.init_cache(cfg, B, P + N - 1)
-    logits_BPV, cache = transformer.apply(
-        cfg,
+    cache = policy.init_cache(B, P + N - 1)
+    logits_BPV, cache = policy.apply(
         params,
         prompt_BP,
         positions_BT=positions_BP,
@@ -132,8 +135,8 @@ def sample(
 
     def body(carry):
         i, cache, tok_B, pos_B, done_B, tokens_BN, logprobs_BN, mask_BN = carry
-        logits_B1V, cache = transformer.apply(
-            cfg, params, tok_B[:, None], positions_BT=pos_B[:, None], cache=cache
+        logits_B1V, cache = policy.apply(
+            params, tok_B[:, None], positions_BT=pos_B[:, None], cache=cache
         )
         new_B, lp_B = choose(logits_B1V[:, 0], jax.random.fold_in(rng, i))
         live_B = ~done_B
@@ -151,6 +154,6 @@ def sample(
     return SampleOutput(tokens_BN, logprobs_BN, mask_BN, done_B, lengths_B)
 
 
-SAMPLE_STATIC_ARGNAMES = ("cfg", "max_new_tokens", "temperature", "top_k", "top_p", "eos_id")
-# Compiles once per (cfg, static args, shapes); params, prompts, masks, rng and pad_id are traced.
+SAMPLE_STATIC_ARGNAMES = ("policy", "max_new_tokens", "temperature", "top_k", "top_p", "eos_id")
+# Compiles once per (policy, static args, shapes); params, prompts, masks, rng, pad_id are traced.
 sample_jit = jax.jit(sample, static_argnames=SAMPLE_STATIC_ARGNAMES)

@@ -4,14 +4,26 @@
     logits_BTV, _ = apply(cfg, params, tokens_BT)      # training / scoring
     cache = init_cache(cfg, batch_size, max_len)       # decoding: prefill, then T=1 steps
     logits_BTV, cache = apply(cfg, params, tokens_BT, positions_BT=pos_BT, cache=cache)
+    logits_BTV, _ = apply(cfg, params, embeddings_BTD=x_BTD)   # embeddings in (soft tokens)
+    out = forward(cfg, params, tokens_BT, capture=("blocks/0", "final_norm"))
+    out.logits_BTV, out.captured["blocks/0"]           # intermediates the caller named
+    pol = policy(cfg)                                  # the `core.nn.policy.Policy` of cfg
 
-Architecture: token embedding -> num_layers x [RMSNorm -> causal MHA -> residual; RMSNorm ->
-SwiGLU MLP -> residual] -> RMSNorm -> untied output projection. No biases, no dropout. q, k and v
-are separate projections so that tensor parallelism can split each over heads by sharding its
-output dim (a fused [D, 3D] kernel split contiguously would hand whole q/k/v blocks to devices).
+Architecture: token embedding -> num_layers x [RMSNorm -> MHA -> residual; RMSNorm -> SwiGLU
+MLP -> residual] -> RMSNorm -> untied output projection (`core.nn.layers`,
+`core.nn.attention`). No biases, no dropout. The attention mask (cfg.attention_mask: causal by
+default; bidirectional, block or segment from `block_ids_BT`), the position encoding
+(cfg.position: "rope", "none" or a position function) and the attention implementation
+(cfg.attention_impl) are config fields; the defaults are the causal LM this module has always
+been, with the same numbers and the same parameter paths.
 
 Precision: params in cfg.param_dtype (float32), matmuls in cfg.dtype; norms, attention scores,
 softmax and the output logits in float32 (bfloat16 softmax and logits lose too much).
+
+Capture names (`forward(..., capture=...)`, see `capture_names`): "embed" (the input
+embeddings), "blocks/<i>/attn" and "blocks/<i>/mlp" (a block's two residual updates),
+"blocks/<i>" (the residual stream after block i), "final_norm" (what the output projection
+reads, = `features`).
 
 Shape suffixes: B batch, T new tokens, S key slots, H heads, K head dim, D d_model, F d_ff,
 V vocab, L layers.
@@ -20,6 +32,7 @@ V vocab, L layers.
 import dataclasses
 import functools
 import numbers
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -28,7 +41,11 @@ from flax import nnx
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from core.nn import positions as positions_lib
+from core.nn import attention, layers
+from core.nn.policy import Policy
+
+# Re-exported: methods built these from here before core.nn.layers existed.
+RMSNorm, SwiGLU, dense_factory = layers.RMSNorm, layers.SwiGLU, layers.dense_factory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,10 +58,12 @@ class TransformerConfig:
     num_heads: int
     d_ff: int
     max_len: int
-    position: str = "rope"
+    position: str | Callable = "rope"  # a kind name or a position function (core.nn.attention)
     rope_base: float = 10000.0
     dtype: str = "float32"
     param_dtype: str = "float32"
+    attention_mask: str = "causal"  # core.nn.attention.MASKS
+    attention_impl: str = "xla"  # core.nn.attention.IMPLS
 
     def __post_init__(self):
         for name in ("vocab_size", "num_layers", "d_model", "num_heads", "d_ff", "max_len"):
@@ -56,10 +75,15 @@ class TransformerConfig:
                 f"TransformerConfig.d_model={self.d_model} must be divisible by "
                 f"num_heads={self.num_heads}"
             )
-        try:
-            positions_lib.check_kind(self.position)
-        except ValueError as e:
-            raise ValueError(f"TransformerConfig.position: {e}") from None
+        for name, check in (
+            ("position", attention.check_positions),
+            ("attention_mask", attention.check_mask),
+            ("attention_impl", attention.check_impl),
+        ):
+            try:
+                check(getattr(self, name))
+            except ValueError as e:
+                raise ValueError(f"TransformerConfig.{name}: {e}") from None
         if self.position == "rope" and self.head_dim % 2:
             raise ValueError(
                 f"TransformerConfig.d_model/num_heads={self.head_dim} (head dim) must be even "
@@ -109,120 +133,19 @@ SHARDING_RULES = (
 )
 
 
-class RMSNorm(nnx.Module):
-    """RMSNorm computed in float32 whatever the input dtype, output cast to `dtype`."""
-
-    def __init__(self, dim: int, *, dtype, param_dtype, eps: float = 1e-6):
-        self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
-        self.dtype = dtype
-        self.eps = eps
-
-    def __call__(self, x_BTD):
-        x = x_BTD.astype(jnp.float32)
-        x = x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
-        return (x * self.scale[...].astype(jnp.float32)).astype(self.dtype)
-
-
-def dense_factory(cfg, rngs: nnx.Rngs):
-    """Bias-free linear layers in `cfg.dtype` compute and `cfg.param_dtype` parameters (any
-    config with those two fields: other models, e.g. methods/selective_rope, share it)."""
-    return functools.partial(
-        nnx.Linear,
-        use_bias=False,
-        dtype=jnp.dtype(cfg.dtype),
-        param_dtype=jnp.dtype(cfg.param_dtype),
-        rngs=rngs,
-    )
-
-
-class Attention(nnx.Module):
-    def __init__(self, cfg: TransformerConfig, rngs: nnx.Rngs):
-        dense = dense_factory(cfg, rngs)
-        D = cfg.d_model
-        self.q, self.k, self.v, self.o = dense(D, D), dense(D, D), dense(D, D), dense(D, D)
-        self.cfg = cfg
-
-    def __call__(self, x_BTD, positions_BT, mask_BTS, cache_kv=None, layer: int = 0):
-        """Causal self-attention. `mask_BTS` is the full mask (causal and key padding).
-
-        Without a cache the keys are the T new tokens (S = T). With `cache_kv = (k_LBSHK,
-        v_LBSHK, index)` the new keys/values are written at slots [index, index+T) of layer
-        `layer` and the queries attend over all S slots; returns the updated (k, v) stacks.
-        """
-        cfg = self.cfg
-        B, T, _ = x_BTD.shape
-        H, K = cfg.num_heads, cfg.head_dim
-        q_BTHK = self.q(x_BTD).reshape(B, T, H, K)
-        k_BTHK = self.k(x_BTD).reshape(B, T, H, K)
-        v_BTHK = self.v(x_BTD).reshape(B, T, H, K)
-        q_BTHK, k_BTHK = positions_lib.apply_positions(
-            cfg.position, q_BTHK, k_BTHK, positions_BT, base=cfg.rope_base
-        )
-        new_cache_kv = None
-        if cache_kv is None:
-            k_BSHK, v_BSHK = k_BTHK, v_BTHK
-        else:
-            k_LBSHK, v_LBSHK, index = cache_kv
-            start = (layer, 0, index, 0, 0)
-            k_LBSHK = lax.dynamic_update_slice(k_LBSHK, k_BTHK[None].astype(k_LBSHK.dtype), start)
-            v_LBSHK = lax.dynamic_update_slice(v_LBSHK, v_BTHK[None].astype(v_LBSHK.dtype), start)
-            new_cache_kv = (k_LBSHK, v_LBSHK)
-            k_BSHK = k_LBSHK[layer].astype(q_BTHK.dtype)
-            v_BSHK = v_LBSHK[layer].astype(q_BTHK.dtype)
-
-        scores_BHTS = jnp.einsum(
-            "bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32
-        ) * (K**-0.5)
-        mask_B1TS = mask_BTS[:, None]
-        scores_BHTS = jnp.where(mask_B1TS, scores_BHTS, jnp.finfo(jnp.float32).min)
-        probs_BHTS = jax.nn.softmax(scores_BHTS, axis=-1)
-        # A query with no valid key (a padding token at the start of a left-padded row) would
-        # get a uniform average over padding; zero it instead. Elsewhere masked probs are
-        # already exactly 0 (exp underflows), so this changes nothing for real tokens.
-        probs_BHTS = jnp.where(mask_B1TS, probs_BHTS, 0.0)
-        out_BTHK = jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(v_BSHK.dtype), v_BSHK)
-        return self.o(out_BTHK.reshape(B, T, H * K)), new_cache_kv
-
-
-class SwiGLU(nnx.Module):
-    """down(silu(gate(x)) * up(x)); three [D, F]/[F, D] kernels, so d_ff ~ 8/3 d_model
-    matches a 4x GELU MLP's parameter count."""
-
-    def __init__(self, cfg: TransformerConfig, rngs: nnx.Rngs):
-        dense = dense_factory(cfg, rngs)
-        self.gate = dense(cfg.d_model, cfg.d_ff)
-        self.up = dense(cfg.d_model, cfg.d_ff)
-        self.down = dense(cfg.d_ff, cfg.d_model)
-
-    def __call__(self, x_BTD):
-        return self.down(jax.nn.silu(self.gate(x_BTD)) * self.up(x_BTD))
-
-
-class Block(nnx.Module):
-    def __init__(self, cfg: TransformerConfig, rngs: nnx.Rngs):
-        norm = functools.partial(
-            RMSNorm, dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype)
-        )
-        self.attn_norm = norm(cfg.d_model)
-        self.attn = Attention(cfg, rngs)
-        self.mlp_norm = norm(cfg.d_model)
-        self.mlp = SwiGLU(cfg, rngs)
-
-    def __call__(self, x_BTD, positions_BT, mask_BTS, cache_kv=None, layer: int = 0):
-        y_BTD, cache_kv = self.attn(self.attn_norm(x_BTD), positions_BT, mask_BTS, cache_kv, layer)
-        x_BTD = x_BTD + y_BTD
-        x_BTD = x_BTD + self.mlp(self.mlp_norm(x_BTD))
-        return x_BTD, cache_kv
-
-
 class Transformer(nnx.Module):
     def __init__(self, cfg: TransformerConfig, rngs: nnx.Rngs):
         dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         self.embed = nnx.Embed(
             cfg.vocab_size, cfg.d_model, dtype=dtype, param_dtype=param_dtype, rngs=rngs
         )
-        self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
-        self.final_norm = RMSNorm(cfg.d_model, dtype=dtype, param_dtype=param_dtype)
+        mha = functools.partial(
+            attention.MultiHeadAttention, positions=cfg.position, impl=cfg.attention_impl
+        )
+        self.blocks = nnx.List(
+            [layers.PreNormBlock(cfg, mha(cfg, rngs), rngs) for _ in range(cfg.num_layers)]
+        )
+        self.final_norm = layers.RMSNorm(cfg.d_model, dtype=dtype, param_dtype=param_dtype)
         # float32 logits straight out of the matmul: bfloat16 logits would round by ~0.03.
         self.lm_head = nnx.Linear(
             cfg.d_model,
@@ -233,34 +156,55 @@ class Transformer(nnx.Module):
             preferred_element_type=jnp.float32,
             rngs=rngs,
         )
+        self.cfg = cfg
 
     def __call__(
-        self, tokens_BT, positions_BT, key_mask_BT, cache: KVCache | None = None, head=True
+        self,
+        x_BTD,
+        positions_BT,
+        key_mask_BT,
+        cache=None,
+        *,
+        block_ids_BT=None,
+        capture=(),
+        head=True,
     ):
-        T = tokens_BT.shape[1]
-        x_BTD = self.embed(tokens_BT)
+        """(logits_BTV or None, new cache or None, captured dict) from input embeddings."""
+        T = x_BTD.shape[1]
+        captured = {}
+
+        def keep(name, value):
+            if name in capture:
+                captured[name] = value
+
+        keep("embed", x_BTD)
         if cache is None:
-            causal_TS = jnp.arange(T)[:, None] >= jnp.arange(T)[None, :]
-            key_mask_BS = key_mask_BT
-            cache_kv = None
+            index, key_mask_BS, cache_kv = 0, key_mask_BT, None
         else:
-            S = cache.key_mask.shape[1]
-            slots_T = cache.index + jnp.arange(T)
-            causal_TS = jnp.arange(S)[None, :] <= slots_T[:, None]
-            key_mask_BS = lax.dynamic_update_slice(cache.key_mask, key_mask_BT, (0, cache.index))
+            index = cache.index
+            key_mask_BS = lax.dynamic_update_slice(cache.key_mask, key_mask_BT, (0, index))
             cache_kv = (cache.k, cache.v)
-        mask_BTS = causal_TS[None] & key_mask_BS[:, None, :]
+        mask_BTS = attention.make_mask(
+            self.cfg.attention_mask,
+            key_mask_BS,
+            num_queries=T,
+            index=index,
+            block_ids_BT=block_ids_BT,
+        )
         for layer, block in enumerate(self.blocks):
             if cache is not None:
-                cache_kv = (*cache_kv, cache.index)
-            x_BTD, cache_kv = block(x_BTD, positions_BT, mask_BTS, cache_kv, layer)
-        if not head:  # the final hidden state, for probes (no cache, see `features`)
-            return self.final_norm(x_BTD), None
-        logits_BTV = self.lm_head(self.final_norm(x_BTD)).astype(jnp.float32)
-        if cache is None:
-            return logits_BTV, None
-        k, v = cache_kv
-        return logits_BTV, KVCache(k, v, key_mask_BS, cache.index + T)
+                cache_kv = (*cache_kv, index)
+            x_BTD, cache_kv, sub = block(
+                x_BTD, positions_BT, mask_BTS, cache_kv, layer, key_mask_BT=key_mask_BT
+            )
+            keep(f"blocks/{layer}/attn", sub["attn"])
+            keep(f"blocks/{layer}/mlp", sub["mlp"])
+            keep(f"blocks/{layer}", x_BTD)
+        h_BTD = self.final_norm(x_BTD)
+        keep("final_norm", h_BTD)
+        logits_BTV = self.lm_head(h_BTD).astype(jnp.float32) if head else None
+        new_cache = None if cache is None else KVCache(*cache_kv, key_mask_BS, index + T)
+        return logits_BTV, new_cache, captured
 
 
 @functools.lru_cache(maxsize=64)
@@ -276,39 +220,54 @@ def init_params(cfg: TransformerConfig, rng: jax.Array) -> dict:
     return nnx.to_pure_dict(nnx.state(Transformer(cfg, nnx.Rngs(params=rng))))
 
 
-def apply(
+class Output(NamedTuple):
+    logits_BTV: jax.Array | None  # float32 [B, T, V]; None with head=False
+    cache: KVCache | None  # the advanced cache (None without one)
+    captured: dict  # capture name -> array, for the names the caller asked for
+
+
+def capture_names(cfg: TransformerConfig) -> tuple[str, ...]:
+    """Every name `forward(..., capture=...)` accepts (module docstring)."""
+    per_block = [
+        (f"blocks/{i}/attn", f"blocks/{i}/mlp", f"blocks/{i}") for i in range(cfg.num_layers)
+    ]
+    return ("embed", *(name for names in per_block for name in names), "final_norm")
+
+
+def embed(cfg: TransformerConfig, params: dict, tokens_BT: jax.Array) -> jax.Array:
+    """The token embeddings [B, T, D] in cfg.dtype, exactly what `apply` feeds its first block
+    (a soft token is a probability-weighted sum of rows of params["embed"]["embedding"])."""
+    module = nnx.merge(_graphdef(cfg), params).embed
+    return module(tokens_BT)
+
+
+def forward(
     cfg: TransformerConfig,
     params: dict,
-    tokens_BT: jax.Array,
+    tokens_BT: jax.Array | None = None,
     *,
+    embeddings_BTD: jax.Array | None = None,
     positions_BT: jax.Array | None = None,
     key_mask_BT: jax.Array | None = None,
+    block_ids_BT: jax.Array | None = None,
     cache: KVCache | None = None,
-) -> tuple[jax.Array, KVCache | None]:
-    """Next-token logits (float32 [B, T, V]) and the advanced cache (None without one).
-
-    positions_BT: rotary positions; default arange(T), offset by cache.index with a cache.
-      Left-padded rows should pass cumsum(key_mask) - 1 so each row's first real token is 0.
-    key_mask_BT: True on real tokens; no query ever attends to a False key. Default all True.
-    cache: from `init_cache`; the T tokens go to slots [index, index+T), which must fit in
-      the cache (inside jit an overflow cannot raise: `dynamic_update_slice` clamps the start).
-    """
-    model, positions_BT, key_mask_BT = _prepare(
-        cfg, params, tokens_BT, positions_BT, key_mask_BT, cache
-    )
-    return model(tokens_BT, positions_BT, key_mask_BT, cache)
-
-
-def features(cfg, params, tokens_BT, *, positions_BT=None, key_mask_BT=None) -> jax.Array:
-    """The final normalised hidden state [B, T, D] (what the output projection reads), e.g.
-    for a probe on a frozen model. Same arguments as `apply`, without a cache."""
-    model, positions_BT, key_mask_BT = _prepare(cfg, params, tokens_BT, positions_BT, key_mask_BT)
-    return model(tokens_BT, positions_BT, key_mask_BT, None, head=False)[0]
-
-
-def _prepare(cfg, params, tokens_BT, positions_BT, key_mask_BT, cache=None):
-    """The merged model and `apply`'s defaults for positions and the key mask."""
-    B, T = tokens_BT.shape
+    capture=(),
+    head: bool = True,
+) -> Output:
+    """`apply` with the intermediates named in `capture` (`capture_names`) returned in
+    `Output.captured`; head=False skips the output projection (logits None)."""
+    unknown = sorted(set(capture) - set(capture_names(cfg)))
+    if unknown:
+        raise ValueError(
+            f"unknown capture name(s) {', '.join(unknown)}; expected any of: "
+            + ", ".join(capture_names(cfg))
+        )
+    if (tokens_BT is None) == (embeddings_BTD is None):
+        raise ValueError("pass exactly one of tokens_BT and embeddings_BTD")
+    model = nnx.merge(_graphdef(cfg), params)
+    x_BTD = model.embed(tokens_BT) if embeddings_BTD is None else embeddings_BTD
+    x_BTD = x_BTD.astype(jnp.dtype(cfg.dtype))
+    B, T, _ = x_BTD.shape
     S = T if cache is None else cache.key_mask.shape[1]
     if cfg.max_len < S:
         raise ValueError(
@@ -319,7 +278,66 @@ def _prepare(cfg, params, tokens_BT, positions_BT, key_mask_BT, cache=None):
         positions_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
     if key_mask_BT is None:
         key_mask_BT = jnp.ones((B, T), bool)
-    return nnx.merge(_graphdef(cfg), params), positions_BT, key_mask_BT.astype(bool)
+    logits_BTV, cache, captured = model(
+        x_BTD,
+        positions_BT,
+        key_mask_BT.astype(bool),
+        cache,
+        block_ids_BT=block_ids_BT,
+        capture=tuple(capture),
+        head=head,
+    )
+    return Output(logits_BTV, cache, captured)
+
+
+def apply(
+    cfg: TransformerConfig,
+    params: dict,
+    tokens_BT: jax.Array | None = None,
+    *,
+    embeddings_BTD: jax.Array | None = None,
+    positions_BT: jax.Array | None = None,
+    key_mask_BT: jax.Array | None = None,
+    block_ids_BT: jax.Array | None = None,
+    cache: KVCache | None = None,
+) -> tuple[jax.Array, KVCache | None]:
+    """Next-token logits (float32 [B, T, V]) and the advanced cache (None without one).
+
+    tokens_BT or embeddings_BTD [B, T, D] (e.g. `embed`'s output, or a soft token's
+      probability-weighted embedding): exactly one of them.
+    positions_BT: rotary positions; default arange(T), offset by cache.index with a cache.
+      Left-padded rows should pass cumsum(key_mask) - 1 so each row's first real token is 0.
+    key_mask_BT: True on real tokens; no query ever attends to a False key. Default all True.
+    block_ids_BT: integer block ids, for cfg.attention_mask "block" or "segment".
+    cache: from `init_cache`; the T tokens go to slots [index, index+T), which must fit in
+      the cache (inside jit an overflow cannot raise: `dynamic_update_slice` clamps the start).
+    """
+    out = forward(
+        cfg,
+        params,
+        tokens_BT,
+        embeddings_BTD=embeddings_BTD,
+        positions_BT=positions_BT,
+        key_mask_BT=key_mask_BT,
+        block_ids_BT=block_ids_BT,
+        cache=cache,
+    )
+    return out.logits_BTV, out.cache
+
+
+def features(cfg, params, tokens_BT, *, positions_BT=None, key_mask_BT=None) -> jax.Array:
+    """The final normalised hidden state [B, T, D] (what the output projection reads), e.g.
+    for a probe on a frozen model. Same arguments as `apply`, without a cache."""
+    out = forward(
+        cfg,
+        params,
+        tokens_BT,
+        positions_BT=positions_BT,
+        key_mask_BT=key_mask_BT,
+        capture=("final_norm",),
+        head=False,
+    )
+    return out.captured["final_norm"]
 
 
 def init_cache(cfg: TransformerConfig, batch_size: int, max_len: int, dtype=None) -> KVCache:
@@ -333,6 +351,17 @@ def init_cache(cfg: TransformerConfig, batch_size: int, max_len: int, dtype=None
         v=jnp.zeros(shape, dtype),
         key_mask=jnp.zeros((batch_size, max_len), bool),
         index=jnp.zeros((), jnp.int32),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def policy(cfg: TransformerConfig) -> Policy:
+    """The LM as a `core.nn.policy.Policy` (what core.nn.sampler and core.grpo take). Cached
+    per cfg, so the same cfg gives the same (hashable) object and jit compiles once."""
+    return Policy(
+        apply=functools.partial(apply, cfg),
+        init_cache=functools.partial(init_cache, cfg),
+        embed=functools.partial(embed, cfg),
     )
 
 

@@ -79,7 +79,7 @@ def make(config) -> Method:
         )
     warm_loss = functools.partial(policy.warm_start_loss, cfg, answers=answers)
     warm_step = gradient_step(warm_loss, warm_tx)
-    rl_step = grpo.make_step(cfg, rl_tx, reward_fn, gcfg)
+    rl_step = grpo.make_step(transformer.policy(cfg), rl_tx, reward_fn, gcfg)
     if gcfg.kl_beta > 0:
         rl_step = _with_reference_from(warm_steps, rl_step)
 

@@ -215,7 +215,7 @@ def _scored_rollout(s: Setup, reward_fn, rolled) -> grpo.Scored:
 def _measure_split(s: Setup, repeats: int = 5) -> dict:
     tx = optax.adam(1e-4)
     reward_fn = functools.partial(policy.token_rewards, weights=REWARD_WEIGHTS)
-    rollout_jit = jax.jit(grpo.rollout, static_argnames=("cfg", "gcfg"))
+    rollout_jit = jax.jit(grpo.rollout, static_argnames=("policy", "gcfg"))
     rollout_fn = lambda: jax.block_until_ready(
         rollout_jit(
             s.cfg,

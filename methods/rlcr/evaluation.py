@@ -49,7 +49,7 @@ def summary(q_N, correct_N) -> dict[str, float]:
 @functools.partial(jax.jit, static_argnames=("cfg",))
 def _greedy(cfg, params, prompt_BP, prompt_mask_BP):
     out = sampler.sample(
-        cfg,
+        transformer.policy(cfg),
         params,
         prompt_BP,
         rng=jax.random.key(0),  # unused by greedy decoding
@@ -125,7 +125,7 @@ def probe_confidence(probe: LogisticRegression, hidden_ND) -> np.ndarray:
 @functools.partial(jax.jit, static_argnames=("cfg", "num_samples", "temperature"))
 def _sampled(cfg, params, prompt_BP, prompt_mask_BP, rng, *, num_samples, temperature):
     out = sampler.sample(
-        cfg,
+        transformer.policy(cfg),
         params,
         jnp.repeat(prompt_BP, num_samples, axis=0),
         rng=rng,

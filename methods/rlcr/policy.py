@@ -93,7 +93,7 @@ def warm_start_loss(cfg, params, batch, *, rng, extra=None, answers: str = "witn
     prompt_BP, prompt_mask_BP = batch["prompt"], batch["prompt_mask"]
     completion_BN = random_completions(rng, prompt_BP, prompt_mask_BP, answers)
     logp_BN = grpo.token_logprobs(
-        cfg,
+        transformer.policy(cfg),
         params,
         prompt_BP,
         prompt_mask_BP,

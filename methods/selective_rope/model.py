@@ -9,8 +9,10 @@ Flax NNX inside, pure functions over plain pytrees outside (as in `core/nn/trans
     logits_BTC, caches = decode(cfg, params, tokens_BT, caches)  # = apply over the whole
 
 Models (`cfg.model`), each `num_layers` x [RMSNorm -> mixer -> residual; RMSNorm -> SwiGLU ->
-residual] -> RMSNorm -> linear classifier over `num_classes` labels at every position:
-  "transformer": causal softmax attention (optional RMS qk-norm: before the rotation for RoPE and
+residual] -> RMSNorm -> linear classifier over `num_classes` labels at every position (the
+block, norms and MLP from `core.nn.layers`):
+  "transformer": causal softmax attention, `core.nn.attention` with selective rotary as its
+                 position function (optional RMS qk-norm: before the rotation for RoPE and
                  none, after it for selective, as the authors' code does);
   "gla":         gated linear attention, S_t = diag(alpha_t) S_{t-1} + k_t v_t^T, o_t = S_t^T q_t
                  (q scaled by K^-1/2), alpha = exp(logsigmoid(gk(x)) / 16) per key channel with a
@@ -54,8 +56,8 @@ from jax.sharding import PartitionSpec as P
 from core.kernels import selective_rotary
 from core.kernels.common import kernel_mesh
 from core.mesh import data_axes
-from core.nn import positions as positions_lib
-from core.nn.transformer import RMSNorm, SwiGLU, dense_factory
+from core.nn import attention, layers
+from core.nn.layers import RMSNorm, dense_factory
 
 MODELS = ("gla", "transformer")
 POSITIONS = ("selective", "rope", "none")
@@ -300,17 +302,20 @@ class SelectiveRotary(nnx.Module):
             phi_BTHR = phi_BTHR * gate_BTH[..., None]
         return phi_BTHR * mask_BT[:, :, None, None], window_BWC
 
-    def __call__(self, q_BTHK, k_BTHK, x_BTD, mask_BT, cache=None):
-        """(q', k', final raw angle [B, H, R], the cache's new "phi_window" or None)."""
+    def __call__(self, q_BTHK, k_BTHK, *, x_BTD, key_mask_BT, state=None, positions_BT=None):
+        """A `core.nn.attention` position function: (q', k', state'). state (decoding; None at
+        a sequence start) is {"phi_window", "angle"}: the conv's window and the raw angle so
+        far; state' holds the new window and the final raw angle [B, H, R]."""
+        del positions_BT  # the angle is a function of x, not of the index
         window_BWC, offset_BHR = (
-            (None, None) if cache is None else (cache["phi_window"], cache["angle"])
+            (None, None) if state is None else (state["phi_window"], state["angle"])
         )
-        phi_BTHR, window_BWC = self.phi(x_BTD, mask_BT, window_BWC)
+        phi_BTHR, window_BWC = self.phi(x_BTD, key_mask_BT, window_BWC)
         temp_R = jnp.asarray(temperature(self.cfg))
         q_BTHK, k_BTHK, angle_BHR = _rotate(self.cfg.rotary_impl)(
-            q_BTHK, k_BTHK, phi_BTHR, temp_R, offset_BHR, mask_BT
+            q_BTHK, k_BTHK, phi_BTHR, temp_R, offset_BHR, key_mask_BT
         )
-        return q_BTHK, k_BTHK, angle_BHR, window_BWC
+        return q_BTHK, k_BTHK, {"phi_window": window_BWC, "angle": angle_BHR}
 
 
 def _rotate(impl: str):
@@ -369,7 +374,8 @@ class Mixer(nnx.Module):
         self.cfg = cfg
 
     def __call__(self, x_BTD, mask_BT, cache=None):
-        """Returns (y_BTD, final raw angle [B, H, R] for selective else None, new cache or None).
+        """Returns (y_BTD, (final raw angle [B, H, R] for selective else None, new cache or
+        None)), the (output, aux) pair `core.nn.layers.PreNormBlock` expects.
 
         With `cache` (one layer's entry of `init_cache`), x continues the sequence it holds."""
         cfg = self.cfg
@@ -394,33 +400,51 @@ class Mixer(nnx.Module):
         pre_norm = cfg.model == "transformer" and cfg.qk_norm and cfg.position != "selective"
         if pre_norm:  # the standard order for RoPE (and none)
             q_BTHK, k_BTHK = self.q_norm(q_BTHK), self.k_norm(k_BTHK)
-        angle_BHR = None
+        angle_BHR, positions_BT, state = None, None, None
         if cfg.position == "selective":
-            q_BTHK, k_BTHK, angle_BHR, window_BWC = self.rotary(
-                q_BTHK, k_BTHK, x_BTD, mask_BT, cache
-            )
+            positions = self.rotary  # a position function of x, its state in the cache
             if cache is not None:
-                new["phi_window"], new["angle"] = window_BWC, angle_BHR
-        elif cfg.position == "rope":
-            pos_BT = _positions(mask_BT, None if cache is None else cache["seen"])
-            q_BTHK = positions_lib.rope(q_BTHK, pos_BT, base=cfg.rope_base)
-            k_BTHK = positions_lib.rope(k_BTHK, pos_BT, base=cfg.rope_base)
+                state = {"phi_window": cache["phi_window"], "angle": cache["angle"]}
+        else:
+            positions = cfg.position
+            if cfg.position == "rope":
+                positions_BT = _positions(mask_BT, None if cache is None else cache["seen"])
+        q_BTHK, k_BTHK, state = attention.encode_positions(
+            positions,
+            q_BTHK,
+            k_BTHK,
+            positions_BT=positions_BT,
+            rope_base=cfg.rope_base,
+            x_BTD=x_BTD,
+            key_mask_BT=mask_BT,
+            state=state,
+        )
+        if cfg.position == "selective":
+            angle_BHR = state["angle"]
+            if cache is not None:
+                new.update(state)
         if cache is not None:
             new["seen"] = cache["seen"] + jnp.sum(mask_BT, axis=1, dtype=jnp.int32)
         if cfg.model == "transformer":
             if cfg.qk_norm and not pre_norm:  # selective: qk-norm after the rotation
                 q_BTHK, k_BTHK = self.q_norm(q_BTHK), self.k_norm(k_BTHK)
             if cache is None:
-                out_BTHK = _softmax_attention(q_BTHK, k_BTHK, v_BTHK, mask_BT)
+                mask_BTS = attention.make_mask("causal", mask_BT)
+                k_BSHK, v_BSHK = k_BTHK, v_BTHK
             else:
-                out_BTHK, kv = _cached_attention(q_BTHK, k_BTHK, v_BTHK, mask_BT, cache)
+                kv = attention.write_cache(cache, k_BTHK, v_BTHK, mask_BT)
+                mask_BTS = attention.make_mask(
+                    "causal", kv["kv_mask"], num_queries=T, index=cache["index"]
+                )
+                k_BSHK, v_BSHK = kv["k"], kv["v"]
                 new.update(kv)
+            out_BTHK = attention.attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, impl="xla")
         else:
             state_BHKV = None if cache is None else cache["state"]
             out_BTHK, state_BHKV = self._gla(x_BTD, q_BTHK, k_BTHK, v_BTHK, mask_BT, state_BHKV)
             if cache is not None:
                 new["state"] = state_BHKV
-        return self.o(out_BTHK.reshape(B, T, D)), angle_BHR, new
+        return self.o(out_BTHK.reshape(B, T, D)), (angle_BHR, new)
 
     def _gla(self, x_BTD, q_BTHK, k_BTHK, v_BTHK, mask_BT, state_BHKV=None):
         """(o_BTHK, the recurrence's final state)."""
@@ -442,62 +466,18 @@ class Mixer(nnx.Module):
         return o_BTHK.astype(x_BTD.dtype), state_BHKV
 
 
-def _softmax_attention(q_BTHK, k_BTHK, v_BTHK, mask_BT):
-    T, K = q_BTHK.shape[1], q_BTHK.shape[-1]
-    scores_BHTS = jnp.einsum(
-        "bthk,bshk->bhts", q_BTHK, k_BTHK, preferred_element_type=jnp.float32
-    ) * (K**-0.5)
-    causal_TS = jnp.arange(T)[:, None] >= jnp.arange(T)[None, :]
-    mask_B1TS = (causal_TS[None] & mask_BT[:, None, :])[:, None]
-    scores_BHTS = jnp.where(mask_B1TS, scores_BHTS, jnp.finfo(jnp.float32).min)
-    probs_BHTS = jnp.where(mask_B1TS, jax.nn.softmax(scores_BHTS, axis=-1), 0.0)
-    return jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(v_BTHK.dtype), v_BTHK)
-
-
-def _cached_attention(q_BTHK, k_BTHK, v_BTHK, mask_BT, cache):
-    """Causal softmax attention of T new queries over the cache's keys plus the T new ones,
-    written at slots index .. index+T-1. Returns (out_BTHK, the cache's new "k", "v",
-    "kv_mask" and "index")."""
-    T, K = q_BTHK.shape[1], q_BTHK.shape[-1]
-    index = cache["index"]
-    k_BSHK = lax.dynamic_update_slice_in_dim(cache["k"], k_BTHK.astype(cache["k"].dtype), index, 1)
-    v_BSHK = lax.dynamic_update_slice_in_dim(cache["v"], v_BTHK.astype(cache["v"].dtype), index, 1)
-    kv_mask_BS = lax.dynamic_update_slice_in_dim(cache["kv_mask"], mask_BT, index, 1)
-    S = k_BSHK.shape[1]
-    scores_BHTS = jnp.einsum(
-        "bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32
-    ) * (K**-0.5)
-    causal_TS = (index + jnp.arange(T))[:, None] >= jnp.arange(S)[None, :]
-    mask_B1TS = (causal_TS[None] & kv_mask_BS[:, None, :])[:, None]
-    scores_BHTS = jnp.where(mask_B1TS, scores_BHTS, jnp.finfo(jnp.float32).min)
-    probs_BHTS = jnp.where(mask_B1TS, jax.nn.softmax(scores_BHTS, axis=-1), 0.0)
-    out_BTHK = jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(v_BSHK.dtype), v_BSHK)
-    return out_BTHK, dict(k=k_BSHK, v=v_BSHK, kv_mask=kv_mask_BS, index=index + T)
-
-
-class Block(nnx.Module):
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-        norm = functools.partial(
-            RMSNorm, dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype)
-        )
-        self.mixer_norm = norm(cfg.d_model)
-        self.mixer = Mixer(cfg, rngs)
-        self.mlp_norm = norm(cfg.d_model)
-        self.mlp = SwiGLU(cfg, rngs)
-
-    def __call__(self, x_BTD, mask_BT, cache=None):
-        y_BTD, angle_BHR, cache = self.mixer(self.mixer_norm(x_BTD), mask_BT, cache)
-        x_BTD = x_BTD + y_BTD
-        return x_BTD + self.mlp(self.mlp_norm(x_BTD)), angle_BHR, cache
-
-
 class Model(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         self.embed = nnx.Embed(
             cfg.vocab_size, cfg.d_model, dtype=dtype, param_dtype=param_dtype, rngs=rngs
         )
-        self.blocks = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
+        self.blocks = nnx.List(
+            [
+                layers.PreNormBlock(cfg, Mixer(cfg, rngs), rngs, mixer_name="mixer")
+                for _ in range(cfg.num_layers)
+            ]
+        )
         self.final_norm = RMSNorm(cfg.d_model, dtype=dtype, param_dtype=param_dtype)
         self.head = nnx.Linear(
             cfg.d_model,
@@ -514,7 +494,9 @@ class Model(nnx.Module):
         x_BTD = self.embed(tokens_BT)
         angles, new_caches = [], []
         for i, block in enumerate(self.blocks):
-            x_BTD, angle_BHR, cache = block(x_BTD, mask_BT, None if caches is None else caches[i])
+            x_BTD, (angle_BHR, cache), _ = block(
+                x_BTD, mask_BT, None if caches is None else caches[i]
+            )
             angles.append(angle_BHR)
             new_caches.append(cache)
         logits_BTC = self.head(self.final_norm(x_BTD)).astype(jnp.float32)

@@ -79,9 +79,9 @@ def test_cached_decoding_matches_full_forward_with_left_padding():
 TRACES = []
 
 
-def _counted_sample(cfg, params, prompt_BP, **kwargs):
+def _counted_sample(policy, params, prompt_BP, **kwargs):
     TRACES.append(1)  # Python side effect: runs when jax traces, not on cached calls
-    return sampler.sample(cfg, params, prompt_BP, **kwargs)
+    return sampler.sample(policy, params, prompt_BP, **kwargs)
 
 
 counted_sample_jit = jax.jit(_counted_sample, static_argnames=sampler.SAMPLE_STATIC_ARGNAMES)
@@ -90,7 +90,7 @@ GREEDY_N = 6
 
 def greedy(params, prompt_BP, mask_BP, *, seed, pad_id=0):
     return counted_sample_jit(
-        CFG,
+        transformer.policy(CFG),
         params,
         prompt_BP,
         rng=jax.random.key(seed),

@@ -1,0 +1,265 @@
+"""Multi-head softmax attention with the mask, the position encoding and the implementation as
+arguments, and an optional KV cache.
+
+    mask_BTS = make_mask("causal", key_mask_BS)                       # or "block", ...
+    q_BTHK, k_BTHK, state = encode_positions("rope", q_BTHK, k_BTHK, positions_BT=pos_BT)
+    out_BTHK = attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, impl="xla")
+
+`MultiHeadAttention` (q/k/v/o projections around these) is what `core.nn.transformer` uses; a
+model with its own projections or positions (methods/selective_rope) calls the functions.
+
+Masks (`make_mask(kind, ...)`), always ANDed with the key padding mask (no query ever reads a
+key whose key_mask is False):
+  "causal":        key slot <= query slot (a decoder LM).
+  "bidirectional": every filled key (an encoder, an embedding model, a diffusion transformer).
+  "block":         block-causal from integer block ids: a key is visible when its block id is
+                   <= the query's. Ids that do not decrease along the sequence give per-block
+                   bidirectional attention over all earlier blocks: a prefix-LM is ids 0 on
+                   the prefix and 1, 2, ... after it; block diffusion is ids t // block_size.
+  "segment":       only keys of the query's own block id (packed independent sequences, or
+                   bidirectional blocks that never see each other).
+With a KV cache the T new queries sit at slots [index, index + T): every cached key (slot <
+index) is visible to them, and the kind applies among the new tokens. That is exact for
+"causal", and for "block" and "bidirectional" when a block arrives in one call (a decoder
+cannot revise what earlier queries saw); "segment" has no cached form (ValueError).
+
+Positions (`encode_positions(positions, ...)`): a kind name, "none" or "rope"
+(`core.nn.positions`), or a function a method supplies,
+
+    positions(q_BTHK, k_BTHK, *, positions_BT, x_BTD, key_mask_BT, state) -> (q, k, state)
+
+e.g. selective rotary, whose angles are a cumulative sum of a projection of x: `state` is what
+decoding carries from call to call (the angle offset, a conv window; None without a cache).
+
+Implementations (`attend(..., impl=)`):
+  "xla":         einsum scores in float32 (preferred_element_type), masked with the float32
+                 minimum, float32 softmax, probabilities re-masked to exactly 0, einsum with v.
+                 The transformer's formulation since the start: exact, the default.
+  "dot_product": `jax.nn.dot_product_attention` with the boolean mask (implementation=None:
+                 jax picks; in jax 0.10.2 that is its XLA path, scores in float32 for float32
+                 and bfloat16 inputs). On CPU in float32 it matches "xla" within float32
+                 rounding (tests/core/test_attention.py states the bound).
+  "auto":        "dot_product" on GPU (where jax can substitute a fused kernel as it gains one),
+                 "xla" on CPU and TPU (exact; XLA:TPU fuses the einsum form itself).
+Either way a query with no visible key (a left-padding token) gets an output of exactly 0
+rather than an average over padding.
+
+Shape suffixes: B batch, T new tokens (queries), S key slots, H heads, K head dim, D d_model.
+"""
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from core.nn import layers
+from core.nn import positions as positions_lib
+
+MASKS = ("causal", "bidirectional", "block", "segment")
+IMPLS = ("xla", "dot_product", "auto")
+
+
+def check_mask(kind: str) -> None:
+    if kind not in MASKS:
+        raise ValueError(f"unknown attention mask {kind!r}; expected one of: {', '.join(MASKS)}")
+
+
+def check_impl(impl: str) -> None:
+    if impl not in IMPLS:
+        raise ValueError(f"unknown attention impl {impl!r}; expected one of: {', '.join(IMPLS)}")
+
+
+def check_positions(positions) -> None:
+    """A kind name from core.nn.positions or a function (see the module docstring)."""
+    if not callable(positions):
+        positions_lib.check_kind(positions)
+
+
+def make_mask(
+    kind: str,
+    key_mask_BS: jax.Array,
+    *,
+    num_queries: int | None = None,
+    index=0,
+    block_ids_BT: jax.Array | None = None,
+) -> jax.Array:
+    """The boolean attention mask [B, T, S]: True where query t may read key slot s.
+
+    key_mask_BS: True on filled, real keys (with a cache: the cache's key mask after writing
+      the new tokens). num_queries: T (default S, no cache). index: the first new slot (the
+      cache's index before this call; 0 without a cache). block_ids_BT: the new tokens'
+      integer block ids, for "block" and "segment".
+    """
+    check_mask(kind)
+    B, S = key_mask_BS.shape
+    T = S if num_queries is None else num_queries
+    slots_T = index + jnp.arange(T)
+    slots_S = jnp.arange(S)
+    if kind == "causal":
+        visible_BTS = (slots_S[None, :] <= slots_T[:, None])[None]
+    elif kind == "bidirectional":
+        visible_BTS = (slots_S < index + T)[None, None, :]
+    else:
+        if block_ids_BT is None:
+            raise ValueError(f"attention mask {kind!r} needs block_ids_BT")
+        if block_ids_BT.shape != (B, T):
+            raise ValueError(f"block_ids_BT has shape {block_ids_BT.shape}, expected {(B, T)}")
+        if kind == "segment" and not (isinstance(index, int) and index == 0):
+            raise ValueError("attention mask 'segment' has no cached form (cached keys' ids)")
+        # The new tokens' ids placed at their slots; cached slots (< index) are always visible.
+        ids_BS = jax.lax.dynamic_update_slice(
+            jnp.zeros((B, S), block_ids_BT.dtype), block_ids_BT, (0, index)
+        )
+        new_S = (slots_S >= index) & (slots_S < index + T)
+        q_BT1, k_B1S = block_ids_BT[:, :, None], ids_BS[:, None, :]
+        same_block = (k_B1S == q_BT1) if kind == "segment" else (k_B1S <= q_BT1)
+        visible_BTS = (slots_S < index)[None, None, :] | (new_S[None, None, :] & same_block)
+    return jnp.broadcast_to(visible_BTS & key_mask_BS[:, None, :], (B, T, S))
+
+
+def encode_positions(
+    positions,
+    q_BTHK,
+    k_BTHK,
+    *,
+    positions_BT=None,
+    rope_base: float = 10000.0,
+    x_BTD=None,
+    key_mask_BT=None,
+    state=None,
+):
+    """(q_BTHK, k_BTHK, state) with positions encoded; a kind name or a method's function."""
+    if callable(positions):
+        return positions(
+            q_BTHK,
+            k_BTHK,
+            positions_BT=positions_BT,
+            x_BTD=x_BTD,
+            key_mask_BT=key_mask_BT,
+            state=state,
+        )
+    q_BTHK, k_BTHK = positions_lib.apply_positions(
+        positions, q_BTHK, k_BTHK, positions_BT, base=rope_base
+    )
+    return q_BTHK, k_BTHK, state
+
+
+def resolve_impl(impl: str) -> str:
+    """ "auto" -> "dot_product" on GPU, "xla" elsewhere (see the module docstring)."""
+    check_impl(impl)
+    if impl != "auto":
+        return impl
+    return "dot_product" if jax.default_backend() == "gpu" else "xla"
+
+
+def attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, *, impl: str = "xla"):
+    """softmax(q k^T / sqrt(K), masked) v per head: [B, T, H, K] in v's dtype.
+
+    Rows of mask_BTS with no True entry give exactly 0.
+    """
+    impl = resolve_impl(impl)
+    K = q_BTHK.shape[-1]
+    mask_B1TS = mask_BTS[:, None]
+    if impl == "dot_product":
+        out_BTHK = jax.nn.dot_product_attention(
+            q_BTHK, k_BSHK.astype(q_BTHK.dtype), v_BSHK.astype(q_BTHK.dtype), mask=mask_B1TS
+        )
+        # jax averages v over a row with no visible key; zero it as "xla" does.
+        any_key_BT11 = jnp.any(mask_BTS, axis=-1)[:, :, None, None]
+        return jnp.where(any_key_BT11, out_BTHK, 0).astype(v_BSHK.dtype)
+    scores_BHTS = jnp.einsum(
+        "bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32
+    ) * (K**-0.5)
+    scores_BHTS = jnp.where(mask_B1TS, scores_BHTS, jnp.finfo(jnp.float32).min)
+    probs_BHTS = jax.nn.softmax(scores_BHTS, axis=-1)
+    # A query with no valid key (a padding token at the start of a left-padded row) would
+    # get a uniform average over padding; zero it instead. Elsewhere masked probs are
+    # already exactly 0 (exp underflows), so this changes nothing for real tokens.
+    probs_BHTS = jnp.where(mask_B1TS, probs_BHTS, 0.0)
+    return jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(v_BSHK.dtype), v_BSHK)
+
+
+class MultiHeadAttention(nnx.Module):
+    """q, k, v, o projections (bias-free, [D, D]) around `encode_positions` and `attend`.
+
+    cfg needs d_model, num_heads, dtype, param_dtype (and rope_base for "rope"). q, k and v
+    are separate projections so tensor parallelism can split each over heads by sharding its
+    output dim (a fused [D, 3D] kernel split contiguously would hand whole q/k/v blocks to
+    devices). `positions` and `impl` are fixed at construction; the mask comes per call
+    (`make_mask`, built once per forward and shared by the layers).
+    """
+
+    def __init__(
+        self, cfg, rngs: nnx.Rngs, *, positions: str | Callable = "rope", impl: str = "xla"
+    ):
+        check_positions(positions)
+        check_impl(impl)
+        dense = layers.dense_factory(cfg, rngs)
+        D = cfg.d_model
+        self.q, self.k, self.v, self.o = dense(D, D), dense(D, D), dense(D, D), dense(D, D)
+        self.num_heads = cfg.num_heads
+        self.rope_base = getattr(cfg, "rope_base", 10000.0)
+        self.positions = positions
+        self.impl = impl
+
+    def __call__(
+        self, x_BTD, positions_BT, mask_BTS, cache_kv=None, layer: int = 0, key_mask_BT=None
+    ):
+        """(y_BTD, new cache_kv or None).
+
+        A position function gets x_BTD, key_mask_BT and state=None (a function that carries
+        decoding state needs a model with its own cache, as methods/selective_rope has).
+
+        Without a cache the keys are the T new tokens (S = T). With `cache_kv = (k_LBSHK,
+        v_LBSHK, index)` (per-layer stacks, as in `core.nn.transformer.KVCache`) the new keys
+        and values are written at slots [index, index+T) of layer `layer` and the queries
+        attend over all S slots; returns the updated (k, v) stacks.
+        """
+        B, T, D = x_BTD.shape
+        H = self.num_heads
+        K = D // H
+        q_BTHK = self.q(x_BTD).reshape(B, T, H, K)
+        k_BTHK = self.k(x_BTD).reshape(B, T, H, K)
+        v_BTHK = self.v(x_BTD).reshape(B, T, H, K)
+        q_BTHK, k_BTHK, _ = encode_positions(
+            self.positions,
+            q_BTHK,
+            k_BTHK,
+            positions_BT=positions_BT,
+            rope_base=self.rope_base,
+            x_BTD=x_BTD,
+            key_mask_BT=key_mask_BT,
+        )
+        new_cache_kv = None
+        if cache_kv is None:
+            k_BSHK, v_BSHK = k_BTHK, v_BTHK
+        else:
+            k_LBSHK, v_LBSHK, index = cache_kv
+            start = (layer, 0, index, 0, 0)
+            k_LBSHK = jax.lax.dynamic_update_slice(
+                k_LBSHK, k_BTHK[None].astype(k_LBSHK.dtype), start
+            )
+            v_LBSHK = jax.lax.dynamic_update_slice(
+                v_LBSHK, v_BTHK[None].astype(v_LBSHK.dtype), start
+            )
+            new_cache_kv = (k_LBSHK, v_LBSHK)
+            k_BSHK = k_LBSHK[layer].astype(q_BTHK.dtype)
+            v_BSHK = v_LBSHK[layer].astype(q_BTHK.dtype)
+        out_BTHK = attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, impl=self.impl)
+        return self.o(out_BTHK.reshape(B, T, H * K)), new_cache_kv
+
+
+def write_cache(cache: dict, k_BTHK, v_BTHK, key_mask_BT):
+    """A one-layer cache {"k", "v": [B, S, H, K], "kv_mask": [B, S], "index": scalar} with T
+    new keys/values written at slots [index, index+T); index advanced by T."""
+    index = cache["index"]
+    write = lambda buf, new: jax.lax.dynamic_update_slice_in_dim(  # noqa: E731
+        buf, new.astype(buf.dtype), index, 1
+    )
+    return dict(
+        k=write(cache["k"], k_BTHK),
+        v=write(cache["v"], v_BTHK),
+        kv_mask=write(cache["kv_mask"], key_mask_BT),
+        index=index + k_BTHK.shape[1],
+    )

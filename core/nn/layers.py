@@ -1,0 +1,92 @@
+"""Layers shared by the models in `core.nn` and in methods: RMSNorm, a dense-layer factory, the
+SwiGLU MLP and the pre-norm residual block.
+
+They are Flax NNX modules (models are built from them inside; pure functions over plain
+pytrees are what crosses into the core, see `core/nn/transformer.py`). Each reads its dtypes
+from a config with `dtype` (compute) and `param_dtype` fields, so any model config can use them.
+
+Attribute names are parameter paths ("attn_norm/scale", "mlp/gate/kernel"), which checkpoints
+and sharding rules match: renaming one breaks both.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax import lax
+
+
+class RMSNorm(nnx.Module):
+    """RMSNorm computed in float32 whatever the input dtype, output cast to `dtype`."""
+
+    def __init__(self, dim: int, *, dtype, param_dtype, eps: float = 1e-6):
+        self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
+        self.dtype = dtype
+        self.eps = eps
+
+    def __call__(self, x_BTD):
+        x = x_BTD.astype(jnp.float32)
+        x = x * lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
+        return (x * self.scale[...].astype(jnp.float32)).astype(self.dtype)
+
+
+def norm_factory(cfg):
+    """RMSNorm(dim) in `cfg.dtype` output and `cfg.param_dtype` scale."""
+    return functools.partial(
+        RMSNorm, dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype)
+    )
+
+
+def dense_factory(cfg, rngs: nnx.Rngs):
+    """Bias-free linear layers in `cfg.dtype` compute and `cfg.param_dtype` parameters."""
+    return functools.partial(
+        nnx.Linear,
+        use_bias=False,
+        dtype=jnp.dtype(cfg.dtype),
+        param_dtype=jnp.dtype(cfg.param_dtype),
+        rngs=rngs,
+    )
+
+
+class SwiGLU(nnx.Module):
+    """down(silu(gate(x)) * up(x)); three [D, F]/[F, D] kernels, so d_ff ~ 8/3 d_model
+    matches a 4x GELU MLP's parameter count. Reads cfg.d_model and cfg.d_ff."""
+
+    def __init__(self, cfg, rngs: nnx.Rngs):
+        dense = dense_factory(cfg, rngs)
+        self.gate = dense(cfg.d_model, cfg.d_ff)
+        self.up = dense(cfg.d_model, cfg.d_ff)
+        self.down = dense(cfg.d_ff, cfg.d_model)
+
+    def __call__(self, x_BTD):
+        return self.down(jax.nn.silu(self.gate(x_BTD)) * self.up(x_BTD))
+
+
+class PreNormBlock(nnx.Module):
+    """x += mixer(norm(x)); x += mlp(norm(x)), the mixer (attention, a recurrence) given.
+
+    Parameters sit under `<mixer_name>_norm`, `<mixer_name>`, `mlp_norm` and `mlp` (the
+    transformer names its mixer "attn", methods/selective_rope "mixer"); the mixer is built
+    before the MLP, so parameter initialisation draws in the same order as a hand-written block.
+
+    The mixer returns (y_BTD, aux) (aux: its cache, angles, ...). The block returns
+    (x_BTD, aux, sublayers) with sublayers = {"<mixer_name>": y_BTD, "mlp": the MLP's output},
+    the residual updates, for callers that capture intermediates.
+    """
+
+    def __init__(self, cfg, mixer: nnx.Module, rngs: nnx.Rngs, *, mixer_name: str = "attn"):
+        norm = norm_factory(cfg)
+        self.mixer_name = mixer_name
+        setattr(self, f"{mixer_name}_norm", norm(cfg.d_model))
+        setattr(self, mixer_name, mixer)
+        self.mlp_norm = norm(cfg.d_model)
+        self.mlp = SwiGLU(cfg, rngs)
+
+    def __call__(self, x_BTD, *mixer_args, **mixer_kwargs):
+        name = self.mixer_name
+        norm, mixer = getattr(self, f"{name}_norm"), getattr(self, name)
+        y_BTD, aux = mixer(norm(x_BTD), *mixer_args, **mixer_kwargs)
+        x_BTD = x_BTD + y_BTD
+        mlp_BTD = self.mlp(self.mlp_norm(x_BTD))
+        return x_BTD + mlp_BTD, aux, {name: y_BTD, "mlp": mlp_BTD}
