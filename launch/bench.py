@@ -233,4 +233,6 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    from launch.config_cli import parse_flags
+
+    app.run(main, flags_parser=parse_flags)

@@ -1,8 +1,10 @@
-"""The TPU VM and Slurm launchers, checked through their dry-run output."""
+"""The launchers: TPU VM and Slurm scripts through their dry-run output; the Python entry
+points' one-line errors for bad config input."""
 
 import os
 import shlex
 import subprocess
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -93,3 +95,63 @@ def test_slurm_script_runs_one_multihost_process_per_gpu():
         "--config=configs/lm.py:mesh=gpu_multinode",
         "--workdir=/shared/runs/lm",
     ]
+
+
+BAD_CONFIGS = [
+    # (entry point, arguments, what the one line must name)
+    (
+        "launch.train",
+        ["--config=configs/lm.py:sizes=smoke"],
+        ["'sizes=smoke'", "mesh, size, task"],
+    ),
+    (
+        "launch.train",
+        ["--config=configs/lm.py:size=smoke", "--config.train.stepz=3"],
+        ["config.train has no field 'stepz'", "batch_size", "steps"],
+    ),
+    (
+        "launch.train",
+        ["--config=configs/lm.py:size=smoke", "--config.trian.steps=3"],
+        ["config has no field 'trian'", "train"],
+    ),
+    (
+        "launch.train",
+        ["--config=configs/lm.py:size=smoke", "--config.train.steps=abc"],
+        ["--config.train.steps=abc", "config.train.steps is int"],
+    ),
+    ("launch.train", ["--config=configs/nope.py"], ["no file 'configs/nope.py'", "lm.py"]),
+    (
+        "launch.bench",
+        ["--config=configs/lm.py:size=smoke", "--config.model.d_modle=8"],
+        ["config.model has no field 'd_modle'", "d_model"],
+    ),
+    ("launch.reproduce", ["--methods=no_such"], ["no experiment for ['no_such']", "lm"]),
+    ("launch.reproduce", ["--methds=lm"], ["Unknown command line flag 'methds'"]),
+]
+
+
+OUT_FLAG = {"launch.train": "workdir", "launch.bench": "out", "launch.reproduce": "out"}
+
+
+def test_bad_config_input_is_one_line_on_stderr(tmp_path):
+    # Started together, then awaited: each spends its time importing, not computing.
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", entry, *args, f"--{OUT_FLAG[entry]}={tmp_path}/{i}"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, (entry, args, _) in enumerate(BAD_CONFIGS)
+    ]
+    for proc, (entry, args, needles) in zip(procs, BAD_CONFIGS, strict=True):
+        stdout, stderr = proc.communicate(timeout=300)
+        lines = stderr.splitlines()
+        assert proc.returncode != 0 and len(lines) == 1, (entry, args, stderr[-2000:])
+        assert lines[0].startswith("error: ") and "Traceback" not in stderr, lines
+        for needle in needles:
+            assert needle in lines[0], (needle, lines[0])
+    assert not list(tmp_path.iterdir())  # nothing ran: no workdir or output was created
