@@ -155,3 +155,31 @@ def test_bad_config_input_is_one_line_on_stderr(tmp_path):
         for needle in needles:
             assert needle in lines[0], (needle, lines[0])
     assert not list(tmp_path.iterdir())  # nothing ran: no workdir or output was created
+
+
+def test_from_results_says_in_one_line_what_it_cannot_rederive(tmp_path, capsys):
+    from launch import reproduce
+
+    # csnn has no claims_from_results yet; lm has one but no quick results under tmp_path.
+    assert reproduce.reproduce(["csnn", "lm"], str(tmp_path), True, from_results=True) == []
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("csnn: no claims_from_results(results)") and "rerun" in lines[0]
+    assert lines[1].startswith("lm: no results file") and "quick.json" in lines[1]
+
+
+def test_one_summary_table_for_every_method():
+    from core.claims import Claim, IntervalClaim, Report
+    from launch import reproduce
+
+    reports = [
+        Report("lm", [IntervalClaim.at_most("parity fails", "p", [0.5, 0.5, 0.52], 0.6)], {}, 10),
+        Report("deql", [Claim("a", "m", 0.1, ">=", 0.2), Claim("b", "m", 1, ">", 0)], {}, 5.4),
+    ]
+    text = reproduce.summary(reports)
+    rows = [line.split() for line in text.splitlines()]
+    assert [r[0] for r in rows[1:4]] == ["lm", "deql", "deql"]
+    assert rows[2][-1] == "NO" and rows[3][-1] == "yes"
+    assert text.endswith("2/3 claims hold over 2 methods; 15 s")
+    markdown = reproduce.summary_markdown(reports)
+    assert "| lm | parity fails | 0.5067 [0.5, 0.52] | 3 | high < 0.6 | yes |" in markdown
