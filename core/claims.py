@@ -52,12 +52,13 @@ class Claim:
         return None
 
 
-# form: (which end of the interval is compared, the comparison, how the margin enters, wording)
+# form: (the end of the interval that must clear the threshold, the margin's sign in it). The
+# low end must lie above the threshold, the high end below it.
 _FORMS = {
-    "beats": ("low", operator.gt, 1.0, "by at least"),  # A - B: low > m
-    "no_worse": ("low", operator.gt, -1.0, "no worse within"),  # A - B: low > -m
-    "at_least": ("low", operator.gt, 1.0, "above"),  # A: low > t
-    "at_most": ("high", operator.lt, 1.0, "below"),  # A: high < t
+    "beats": ("low", 1.0),  # A - B: low > m
+    "no_worse": ("low", -1.0),  # A - B: low > -m
+    "at_least": ("low", 1.0),  # A: low > t
+    "at_most": ("high", 1.0),  # A: high < t
 }
 
 
@@ -105,12 +106,13 @@ class IntervalClaim:
 
     @property
     def threshold(self) -> float:
-        return _FORMS[self.form][2] * self.margin
+        return _FORMS[self.form][1] * self.margin
 
     @property
     def holds(self) -> bool:
-        end, compare, _, _ = _FORMS[self.form]
-        return bool(compare(getattr(self.interval, end), self.threshold))
+        if _FORMS[self.form][0] == "low":
+            return bool(self.interval.low > self.threshold)
+        return bool(self.interval.high < self.threshold)
 
     @property
     def n(self) -> int:
@@ -120,8 +122,8 @@ class IntervalClaim:
         return str(self.interval)
 
     def target_text(self) -> str:
-        end, compare, _, _ = _FORMS[self.form]
-        return f"{end} {'>' if compare is operator.gt else '<'} {self.threshold:g}"
+        end = _FORMS[self.form][0]
+        return f"{end} {'>' if end == 'low' else '<'} {self.threshold:g}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
