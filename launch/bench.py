@@ -22,6 +22,7 @@ average before and after is recorded, and a busy host is flagged.
 
 import math
 import os
+import sys
 import time
 
 import jax
@@ -199,12 +200,13 @@ def report_lines(r: dict) -> list[str]:
     return lines
 
 
+DEFAULT_CONFIG = "configs/lm.py:size=small"
+
+
 def define_flags() -> None:
     """Called only when run as a script: launch.train defines --config too and absl refuses a
     flag defined twice, so importing this module (as the tests do) must define none."""
-    config_flags.DEFINE_config_file(
-        "config", "configs/lm.py:size=small", "LM config (configs/lm.py[:arg])."
-    )
+    config_flags.DEFINE_config_file("config", DEFAULT_CONFIG, "LM config (configs/lm.py[:arg]).")
     flags.DEFINE_string("out", "results/bench_lm.json", "Where the JSON report goes.")
     flags.DEFINE_integer("steps", 50, "Timed train steps (after compile and warm-up).")
     flags.DEFINE_string("devices", "1", "How many devices: a count, or 'all'.")
@@ -232,7 +234,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    define_flags()
-    from launch.config_cli import parse_flags
+    from launch.config_cli import check_before_defining, parse_flags
 
+    check_before_defining(sys.argv, DEFAULT_CONFIG)
+    define_flags()
     app.run(main, flags_parser=parse_flags)

@@ -79,18 +79,29 @@ def field(config: ConfigDict, path: str, name: str = "config"):
     return node
 
 
-def check(argv: Sequence[str], name: str = "config") -> ConfigDict | None:
-    """Load the config named in argv and check every override's field exists; the config, or
-    None when argv names no config file (absl then uses the flag's default)."""
+def check(
+    argv: Sequence[str], name: str = "config", default: str | None = None
+) -> ConfigDict | None:
+    """Load the config named in argv (or `default`) and check that every override's field
+    exists; the config, or None when there is none (absl then reports the missing flag)."""
     values = _flag_values(argv, name)
-    specs = [value for value, path in values if path is None]
-    if not specs:
+    specs = [value for value, path in values if path is None] or [default]
+    if specs[-1] is None:
         return None
     config = load(specs[-1], name)  # absl keeps the last of repeated flags
     for _, path in values:
         if path is not None:
             field(config, path, name)
     return config
+
+
+def check_before_defining(argv: Sequence[str], default: str, name: str = "config") -> None:
+    """For a config flag with a default: ml_collections applies the command line's overrides
+    to it when the flag is *defined*, so check them (one line, exit 2) before that."""
+    try:
+        check(argv, name, default)
+    except ConfigError as e:
+        sys.exit(_one_line(e))
 
 
 def parse_flags(argv: Sequence[str], name: str = "config") -> list[str]:

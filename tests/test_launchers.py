@@ -122,7 +122,7 @@ BAD_CONFIGS = [
     ("launch.train", ["--config=configs/nope.py"], ["no file 'configs/nope.py'", "lm.py"]),
     (
         "launch.bench",
-        ["--config=configs/lm.py:size=smoke", "--config.model.d_modle=8"],
+        ["--config.model.d_modle=8"],  # on the default config, checked before it is defined
         ["config.model has no field 'd_modle'", "d_model"],
     ),
     ("launch.reproduce", ["--methods=no_such"], ["no experiment for ['no_such']", "lm"]),
