@@ -156,7 +156,7 @@ def plot_losses(curves: dict[str, list[float]], path: str) -> None:
         colour = colours.setdefault(task, f"C{len(colours)}")
         label = task if name.endswith("/0") else None  # one legend entry per task
         ax.plot(range(1, len(losses) + 1), losses, color=colour, label=label, alpha=0.8)
-    ax.set(xlabel="log row", ylabel="train loss (masked cross-entropy)", yscale="log")
+    ax.set(xlabel="step", ylabel="train loss (masked cross-entropy)", yscale="log")
     ax.set_title("LM baseline on synthetic tasks (one line per seed)")
     ax.legend()
     fig.tight_layout()
