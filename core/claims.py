@@ -1,14 +1,27 @@
 """Claims of a paper checked against measured numbers, shared by every method's experiment.
 
-An experiment returns a `Report`: the measured metrics and a list of `Claim`s, each a sentence of
-the paper (or of our reading of it), the number we measured for it, and the comparison that decides
+An experiment returns a `Report`: the measured metrics and a list of claims, each a sentence of
+the paper (or of our reading of it), what we measured for it, and the comparison that decides
 whether it holds. `launch.reproduce` prints and saves them; tests assert `holds`.
+
+Two kinds of claim:
+- `IntervalClaim` (the protocol for new experiments): a direction and a margin on a bootstrap
+  interval over at least 3 seeds or splits (`core.stats`), usually of paired differences. It
+  holds only if the whole interval clears the margin, so noise alone cannot make it hold:
+  `IntervalClaim.beats` (A - B > m), `.no_worse` (A - B > -m), `.at_least` (A > t),
+  `.at_most` (A < t).
+- `Claim`: one measured number against a threshold (the older experiments).
+Both render through `measured_text`, `target_text` and `n`, so tables mix them.
 """
 
 import dataclasses
 import operator
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from core import stats
+from core.errors import ConfigError
 
 _OPS = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 
@@ -28,16 +41,125 @@ class Claim:
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "holds": self.holds}
 
+    def measured_text(self) -> str:
+        return f"{self.measured:.4g}"
+
+    def target_text(self) -> str:
+        return f"{self.op} {self.target:g}"
+
+    @property
+    def n(self) -> int | None:  # how many seeds/splits the number rests on: not recorded
+        return None
+
+
+# form: (the end of the interval that must clear the threshold, the margin's sign in it). The
+# low end must lie above the threshold, the high end below it.
+_FORMS = {
+    "beats": ("low", 1.0),  # A - B: low > m
+    "no_worse": ("low", -1.0),  # A - B: low > -m
+    "at_least": ("low", 1.0),  # A: low > t
+    "at_most": ("high", 1.0),  # A: high < t
+}
+
+
+@dataclasses.dataclass
+class IntervalClaim:
+    """A direction and a margin on an interval over seeds or splits (see the module docstring).
+
+    Build with the constructors, which compute the interval from per-seed numbers keyed by seed
+    (or split id); `from_dict` reads one back from a report or results file."""
+
+    text: str
+    metric: str  # what the interval is of, e.g. "copy/exact_match" or "auroc: csnn - gcn"
+    form: str  # one of _FORMS
+    margin: float  # m for beats / no_worse, t for at_least / at_most
+    interval: stats.Interval
+
+    def __post_init__(self):
+        if self.form not in _FORMS:
+            raise ConfigError(f"claim form={self.form!r}; expected one of: {', '.join(_FORMS)}")
+        if isinstance(self.interval, Mapping):
+            self.interval = stats.Interval.from_dict(self.interval)
+
+    @classmethod
+    def beats(cls, text, metric, a: Mapping, b: Mapping, margin: float, **kw) -> "IntervalClaim":
+        """A beats B by at least `margin`: the interval of paired A - B lies above `margin`."""
+        diff = stats.paired_interval(a, b, what=metric, **kw)
+        return cls(text, metric, "beats", margin, diff)
+
+    @classmethod
+    def no_worse(cls, text, metric, a: Mapping, b: Mapping, margin: float, **kw):
+        """A is no worse than B within `margin`: the interval of paired A - B lies above
+        -`margin`."""
+        diff = stats.paired_interval(a, b, what=metric, **kw)
+        return cls(text, metric, "no_worse", margin, diff)
+
+    @classmethod
+    def at_least(cls, text, metric, values: Mapping | Sequence, target: float, **kw):
+        """A is at least `target`: the interval of A's mean lies above it."""
+        return cls(text, metric, "at_least", target, stats.interval(values, what=metric, **kw))
+
+    @classmethod
+    def at_most(cls, text, metric, values: Mapping | Sequence, target: float, **kw):
+        """A is at most `target`: the interval of A's mean lies below it."""
+        return cls(text, metric, "at_most", target, stats.interval(values, what=metric, **kw))
+
+    @property
+    def threshold(self) -> float:
+        return _FORMS[self.form][1] * self.margin
+
+    @property
+    def holds(self) -> bool:
+        if _FORMS[self.form][0] == "low":
+            return bool(self.interval.low > self.threshold)
+        return bool(self.interval.high < self.threshold)
+
+    @property
+    def n(self) -> int:
+        return self.interval.n
+
+    def measured_text(self) -> str:
+        return str(self.interval)
+
+    def target_text(self) -> str:
+        end = _FORMS[self.form][0]
+        return f"{end} {'>' if end == 'low' else '<'} {self.threshold:g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": "interval",
+            "text": self.text,
+            "metric": self.metric,
+            "form": self.form,
+            "margin": self.margin,
+            "interval": self.interval.to_dict(),
+            "holds": self.holds,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "IntervalClaim":
+        return cls(d["text"], d["metric"], d["form"], d["margin"], d["interval"])
+
+
+def claim_from_dict(d: Mapping) -> "Claim | IntervalClaim":
+    """Either kind of claim from its `to_dict()` (the "holds" entry is recomputed, not read)."""
+    if d.get("kind") == "interval":
+        return IntervalClaim.from_dict(d)
+    return Claim(d["text"], d["metric"], d["measured"], d["op"], d["target"])
+
 
 @dataclasses.dataclass
 class Report:
     method: str
-    claims: list[Claim]
+    claims: list  # of Claim and IntervalClaim
     metrics: dict[str, Any]  # everything measured, JSON-serialisable
     wall_seconds: float = 0.0
     command: str = ""  # how to run it again
     notes: str = ""
     figures: list[str] = dataclasses.field(default_factory=list)  # paths of PNGs it wrote
+    # The per-seed raw numbers and config the claims were derived from (`core.results`): what
+    # `launch.reproduce` saves and `--from_results` reads back. None for older experiments.
+    results: dict | None = None
 
     @property
     def all_hold(self) -> bool:
@@ -59,13 +181,15 @@ class Report:
         lines = [
             f"## {self.method}",
             "",
-            "| claim | metric | measured | target | holds |",
-            "|---|---|---|---|---|",
+            "| claim | metric | measured [interval] | n | target | holds |",
+            "|---|---|---|---|---|---|",
         ]
         for c in self.claims:
             mark = "yes" if c.holds else "**no**"
+            n = "" if c.n is None else c.n
             lines.append(
-                f"| {c.text} | {c.metric} | {c.measured:.4g} | {c.op} {c.target:g} | {mark} |"
+                f"| {c.text} | {c.metric} | {c.measured_text()} | {n} | {c.target_text()} "
+                f"| {mark} |"
             )
         lines += ["", f"Wall time: {self.wall_seconds:.0f} s. Command: `{self.command}`"]
         if self.notes:

@@ -135,4 +135,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from launch.config_cli import parse_flags
+
+    app.run(main, flags_parser=parse_flags)  # an unknown flag: one line, not absl's two

@@ -1,12 +1,21 @@
 """Reproduce each method's claims at small scale: the user-facing main job.
 
+    python -m launch.reproduce --quick          # every method, shorter runs (a smoke check)
     python -m launch.reproduce                  # every method that has an experiment
     python -m launch.reproduce --methods=lm     # one or several, comma-separated
-    python -m launch.reproduce --quick          # shorter runs (what the tests use)
+    python -m launch.reproduce --from_results   # re-derive the claims from saved results files
 
 For each method it runs `methods/<slug>/experiment.py: run(workdir, quick=...)`, prints a table of
 the paper's claims with the measured numbers and whether each holds, and writes
-`<out>/<slug>.json` and `<out>/<slug>.md` plus `<out>/REPORT.md` for all of them.
+`<out>/<slug>.json` and `<out>/<slug>.md`; it ends with one table of every claim of every method
+run (held / total, total duration), also at the top of `<out>/REPORT.md`.
+
+Experiments on the workspace's protocol also return a results record (per-seed rows, config,
+code version; `core.results`): a full run saves it as `methods/<slug>/results/full.json` (commit
+it: README numbers come from it), a quick run as `<out>/results/<slug>/quick.json`.
+`--from_results` trains nothing: it reads those files (`--quick`: the quick ones under `--out`)
+and calls the experiment's `claims_from_results(record)`; a method without that function, or
+without a results file, gets a one-line message and is left out.
 """
 
 import importlib
@@ -22,6 +31,9 @@ _METHODS = flags.DEFINE_list("methods", None, "Methods to run (default: all with
 _OUT = flags.DEFINE_string("out", "results", "Where the JSON and markdown reports go.")
 _QUICK = flags.DEFINE_bool("quick", False, "Shorter runs: a smoke check, not a reproduction.")
 _STRICT = flags.DEFINE_bool("strict", False, "Exit 1 if any claim does not hold.")
+_FROM_RESULTS = flags.DEFINE_bool(
+    "from_results", False, "Re-derive the claims from saved results files; train nothing."
+)
 
 
 def with_experiment() -> list[str]:
@@ -34,16 +46,116 @@ def with_experiment() -> list[str]:
     ]
 
 
+def claim_rows(reports) -> list[tuple[str, ...]]:
+    """(method, claim, measured, n, target, holds) per claim, as text."""
+    return [
+        (
+            r.method,
+            c.text,
+            c.measured_text(),
+            "" if c.n is None else str(c.n),
+            c.target_text(),
+            "yes" if c.holds else "NO",
+        )
+        for r in reports
+        for c in r.claims
+    ]
+
+
+def format_table(rows, header) -> str:
+    rows = [header, *rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(f"{v:<{w}}" for v, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )
+
+
 def print_table(report) -> None:
-    width = max([len(c.text) for c in report.claims] + [5])
     print(f"\n== {report.method} ({report.wall_seconds:.0f} s)")
-    print(f"{'claim':<{width}}  {'measured':>9}  {'target':>9}  holds")
-    for c in report.claims:
-        target = f"{c.op}{c.target:g}"
-        print(f"{c.text:<{width}}  {c.measured:>9.4g}  {target:>9}  {'yes' if c.holds else 'NO'}")
+    rows = [row[1:] for row in claim_rows([report])]
+    print(format_table(rows, ("claim", "measured [interval]", "n", "target", "holds")))
 
 
-def reproduce(names: list[str], out: str, quick: bool) -> list:
+def summary(reports) -> str:
+    """One table of every method's claims, then held / total and the total duration."""
+    held = sum(c.holds for r in reports for c in r.claims)
+    total = sum(len(r.claims) for r in reports)
+    seconds = sum(r.wall_seconds for r in reports)
+    header = ("method", "claim", "measured [interval]", "n", "target", "holds")
+    table = format_table(claim_rows(reports), header)
+    return f"{table}\n\n{held}/{total} claims hold over {len(reports)} methods; {seconds:.0f} s"
+
+
+def summary_markdown(reports) -> str:
+    held = sum(c.holds for r in reports for c in r.claims)
+    total = sum(len(r.claims) for r in reports)
+    seconds = sum(r.wall_seconds for r in reports)
+    lines = [
+        "## All claims",
+        "",
+        "| method | claim | measured [interval] | n | target | holds |",
+        "|---|---|---|---|---|---|",
+        *(f"| {' | '.join(row)} |" for row in claim_rows(reports)),
+        "",
+        f"{held}/{total} claims hold over {len(reports)} methods; {seconds:.0f} s.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def results_root(out: str, quick: bool) -> str | None:
+    """Where results records go: the committed `methods/<slug>/results/` for full runs, beside
+    the reports for quick ones (a smoke check is not a result to commit)."""
+    return os.path.join(out, "results") if quick else None
+
+
+def run_one(name: str, out: str, quick: bool):
+    from core import results
+
+    experiment = importlib.import_module(f"methods.{name}.experiment")
+    start = time.perf_counter()
+    report = experiment.run(os.path.join(out, "workdirs", name), quick=quick)
+    report.wall_seconds = time.perf_counter() - start
+    report.figures = [shutil.copy(f, out) for f in report.figures]  # beside the reports
+    if report.results is not None:
+        saved = results.save(report.results, results_root(out, quick))
+        report.notes = "\n\n".join(filter(None, [report.notes, f"Results: `{saved}`."]))
+    return report
+
+
+def derive_one(name: str, out: str, quick: bool):
+    """The report re-derived from the method's saved results, or None (with a one-line
+    message) when the method has no `claims_from_results` or no results file."""
+    from core import results
+    from core.claims import Report
+    from core.errors import ConfigError
+
+    experiment = importlib.import_module(f"methods.{name}.experiment")
+    if not hasattr(experiment, "claims_from_results"):
+        print(f"{name}: no claims_from_results(results) in methods/{name}/experiment.py yet; "
+              f"rerun it instead: python -m launch.reproduce --methods={name}")  # fmt: skip
+        return None
+    run = "quick" if quick else "full"
+    try:
+        record = results.load(name, run, results_root(out, quick))
+    except ConfigError as e:
+        print(e)
+        return None
+    code = record.get("code", {})
+    dirty = " (uncommitted changes)" if code.get("git_dirty") else ""
+    return Report(
+        method=name,
+        claims=experiment.claims_from_results(record),
+        metrics={},
+        command=f"python -m launch.reproduce --methods={name} --from_results"
+        + (" --quick" if quick else ""),
+        notes=f"Re-derived from `{results.path(name, run, results_root(out, quick))}` "
+        f"({record.get('created')}, commit {code.get('git_commit')}{dirty}, "
+        f"source hash {str(code.get('source_hash'))[:12]}).",
+    )
+
+
+def reproduce(names: list[str], out: str, quick: bool, from_results: bool = False) -> list:
     from core.errors import ConfigError
 
     known = with_experiment()
@@ -53,11 +165,9 @@ def reproduce(names: list[str], out: str, quick: bool) -> list:
     os.makedirs(out, exist_ok=True)
     reports = []
     for name in names:
-        experiment = importlib.import_module(f"methods.{name}.experiment")
-        start = time.perf_counter()
-        report = experiment.run(os.path.join(out, "workdirs", name), quick=quick)
-        report.wall_seconds = time.perf_counter() - start
-        report.figures = [shutil.copy(f, out) for f in report.figures]  # beside the reports
+        report = derive_one(name, out, quick) if from_results else run_one(name, out, quick)
+        if report is None:
+            continue
         print_table(report)
         with open(os.path.join(out, f"{name}.json"), "w") as f:
             json.dump(report.to_dict(), f, indent=2)
@@ -65,7 +175,8 @@ def reproduce(names: list[str], out: str, quick: bool) -> list:
             f.write(report.markdown())
         reports.append(report)
     with open(os.path.join(out, "REPORT.md"), "w") as f:
-        f.write("# Reproduction report\n\n" + "\n".join(r.markdown() for r in reports))
+        f.write("# Reproduction report\n\n" + summary_markdown(reports) + "\n")
+        f.write("\n".join(r.markdown() for r in reports))
     return reports
 
 
@@ -75,16 +186,19 @@ def main(argv):
         logging.set_verbosity(logging.WARNING)
     from core.errors import ConfigError
 
+    names = _METHODS.value or with_experiment()
     try:
-        reports = reproduce(_METHODS.value or with_experiment(), _OUT.value, _QUICK.value)
+        reports = reproduce(names, _OUT.value, _QUICK.value, _FROM_RESULTS.value)
     except ConfigError as e:
         sys.exit(f"error: {e}")
+    print(f"\n== all claims\n{summary(reports)}; reports in {os.path.abspath(_OUT.value)}/")
     held = sum(c.holds for r in reports for c in r.claims)
     total = sum(len(r.claims) for r in reports)
-    print(f"\n{held}/{total} claims hold; reports in {os.path.abspath(_OUT.value)}/")
     if _STRICT.value and held < total:
         sys.exit(1)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from launch.config_cli import parse_flags
+
+    app.run(main, flags_parser=parse_flags)

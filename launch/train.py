@@ -75,5 +75,7 @@ def define_flags() -> None:
 
 
 if __name__ == "__main__":
+    from launch.config_cli import parse_flags
+
     define_flags()
-    app.run(main)
+    app.run(main, flags_parser=parse_flags)

@@ -1,11 +1,14 @@
 """The LM baseline: its loss is the masked cross-entropy, and its experiment's claims hold."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs import lm
+from core import results
 from core.errors import ConfigError
 from core.nn import transformer
 from methods.lm import experiment, loss_fn, make, model_config
@@ -53,8 +56,78 @@ def test_bad_task_option_is_a_config_error():
         make(config)
 
 
-def test_quick_experiment_claims_hold(tmp_path):
-    report = experiment.run(str(tmp_path), quick=True)
+def test_quick_experiment_claims_hold_and_are_rederived_from_its_results(tmp_path, monkeypatch):
+    from launch import reproduce
+
+    out = str(tmp_path)
+    (report,) = reproduce.reproduce(["lm"], out, quick=True)
     failed = [c.to_dict() for c in report.claims if not c.holds]
     assert not failed, failed
-    assert {c.metric.split("/")[0] for c in report.claims} == {"copy", "mqar", "modular", "parity"}
+    assert [c.metric for c in report.claims] == ["copy/exact_match", "parity/final_accuracy"]
+    assert all(c.n == len(experiment.SEEDS) >= 3 for c in report.claims)
+    # The results file holds one row per (task, seed) and the code version.
+    saved = results.load("lm", "quick", root=os.path.join(out, "results"))
+    assert sorted((r["task"], r["seed"]) for r in saved["rows"]) == [
+        (t, s) for t in ("copy", "parity") for s in experiment.SEEDS
+    ]
+    assert saved["code"]["source_hash"] == results.code_version("lm")["source_hash"]
+    # --from_results: the same claims from the file alone, nothing trained.
+    monkeypatch.setattr(experiment, "train_and_evaluate", fail_if_trained)
+    (derived,) = reproduce.reproduce(["lm"], out, quick=True, from_results=True)
+    assert [c.to_dict() for c in derived.claims] == [c.to_dict() for c in report.claims]
+    # A rerun in the same workdir reads every (task, seed) run from the cache.
+    again = experiment.run(os.path.join(out, "workdirs", "lm"), quick=True)
+    assert [c.to_dict() for c in again.claims] == [c.to_dict() for c in report.claims]
+
+
+def fail_if_trained(*args, **kwargs):
+    raise AssertionError("trained although the results or the cache had the run")
+
+
+def record_with(values: dict[str, list[float]]) -> dict:
+    """A results record with the given per-seed claim metric for each task."""
+    metric = {r.task: r.metric for r in experiment.RUNS}
+    rows = [
+        {"task": task, "seed": seed, metric[task]: value}
+        for task, per_seed in values.items()
+        for seed, value in enumerate(per_seed)
+    ]
+    return {"method": "lm", "rows": rows}
+
+
+def test_claims_from_results_cover_every_task_and_can_fail():
+    good = {"copy": [1.0, 1.0, 0.99], "mqar": [0.97, 0.95, 0.96], "modular": [1.0, 0.98, 1.0]}
+    claims = experiment.claims_from_results(record_with({**good, "parity": [0.5, 0.49, 0.52]}))
+    assert [c.metric.split("/")[0] for c in claims] == ["copy", "mqar", "modular", "parity"]
+    assert all(c.holds for c in claims)
+    # One seed that learned parity pushes the interval's upper end past 0.6: the claim fails
+    # although the mean (0.59) is below the target.
+    claims = experiment.claims_from_results(record_with({**good, "parity": [0.5, 0.49, 0.78]}))
+    assert not claims[-1].holds and claims[-1].interval.mean < 0.6
+    # MQAR above 0.9 on average but one seed at 0.85: not learned on every seed's evidence.
+    claims = experiment.claims_from_results(record_with({**good, "mqar": [0.97, 0.96, 0.85]}))
+    assert not claims[1].holds and claims[1].interval.mean > 0.9
+    with pytest.raises(ConfigError, match="2 values"):
+        experiment.claims_from_results(record_with({"copy": [1.0, 1.0]}))
+
+
+def test_full_run_settings_use_three_seeds_on_every_task():
+    assert len(experiment.SEEDS) >= 3
+    assert {r.task for r in experiment.RUNS} == {"copy", "mqar", "modular", "parity"}
+    assert set(experiment.QUICK_TASKS) < {r.task for r in experiment.RUNS}
+
+
+COMMITTED = results.path("lm", "full")
+
+
+@pytest.mark.skipif(not os.path.exists(COMMITTED), reason="no committed full run yet")
+def test_committed_full_results_give_every_task_a_claim_on_three_seeds():
+    # The README's numbers come from this file: each task's claim re-derives from it, on every
+    # seed of a full (not quick) run made from a recorded commit.
+    record = results.load("lm", "full")
+    claims = experiment.claims_from_results(record)
+    assert [c.metric.split("/")[0] for c in claims] == ["copy", "mqar", "modular", "parity"]
+    assert all(c.n == len(experiment.SEEDS) for c in claims) and record["config"]["quick"] is False
+    assert len(record["code"]["git_commit"]) == 40 and len(record["code"]["source_hash"]) == 64
+    steps = {task: cfg["train"]["steps"] for task, cfg in record["config"]["train"].items()}
+    assert steps == {r.task: r.steps for r in experiment.RUNS}

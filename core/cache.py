@@ -1,0 +1,68 @@
+"""A run cache keyed by config and code: one expensive run (a seed of a model) computed once.
+
+    value = cache.cached(compute, config=config, code=code_hash, root=f"{workdir}/cache")
+
+`compute()` returns a JSON-serialisable value (e.g. a run's evaluation rows). It is stored in
+`<root>/<key>.json` with the config and code hash beside it, where `key` hashes both: the same
+config under the same code is read back, anything else is a different key and is recomputed.
+Keying by content rather than by a workdir name (what `methods/csnn/experiment.py` does by hand)
+means an edited hyperparameter or an edited model can never return a stale number, and several
+processes can share out a grid: each finished run is a file the others read.
+
+`code` is normally `core.results.code_version(slug)["source_hash"]`: a hash of core's and the
+method's sources. A run stays cached across commits that change neither.
+"""
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from core.errors import ConfigError
+
+
+def canonical(config: Any) -> str:
+    """The config as sorted, compact JSON (a ConfigDict via its dict), the text that is hashed."""
+    if hasattr(config, "to_dict"):
+        config = config.to_dict()
+    try:
+        return json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    except TypeError as e:
+        raise ConfigError(f"cache key: the config is not JSON-serialisable ({e})") from None
+
+
+def key(config: Any, code: str) -> str:
+    return hashlib.sha256(f"{canonical(config)}\0{code}".encode()).hexdigest()[:20]
+
+
+def cached(compute: Callable[[], Any], *, config: Any, code: str, root: str) -> Any:
+    """`compute()`'s value for (config, code), read from `root` if an earlier call stored it."""
+    text = canonical(config)
+    path = os.path.join(root, f"{key(config, code)}.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            entry = json.load(f)
+        # A hash collision (or a hand-edited file) must not pass for this run's result.
+        if entry["config"] == text and entry["code"] == code:
+            return entry["value"]
+    value = compute()
+    os.makedirs(root, exist_ok=True)
+    entry = {"config": text, "code": code, "value": value}
+    tmp = f"{path}.{os.getpid()}.tmp"  # one per process: two may finish the same run
+    with open(tmp, "w") as f:
+        json.dump(entry, f, allow_nan=True)
+    os.replace(tmp, path)  # never a half-written entry
+    return value
+
+
+def entries(root: str) -> list[Mapping]:
+    """Every stored entry under `root` (for inspection and tests)."""
+    if not os.path.isdir(root):
+        return []
+    out = []
+    for name in sorted(os.listdir(root)):
+        if name.endswith(".json"):
+            with open(os.path.join(root, name)) as f:
+                out.append(json.load(f))
+    return out

@@ -1,0 +1,68 @@
+"""core.claims: interval claims hold on the interval's bound, not on the mean; both kinds render
+and round-trip through JSON."""
+
+import json
+
+import pytest
+
+from core import stats
+from core.claims import Claim, IntervalClaim, Report, claim_from_dict
+from core.errors import ConfigError
+
+
+def iv(low, high, mean=None, n=5):
+    mean = (low + high) / 2 if mean is None else mean
+    return stats.Interval(mean, 0.01, low, high, n, 0.95, 1000, 0)
+
+
+@pytest.mark.parametrize(
+    "form, margin, interval, holds",
+    [
+        # A beats B by at least 0.02: the lower bound must clear +0.02; a mean of 0.05 is not
+        # enough when the interval reaches down to 0.01.
+        ("beats", 0.02, iv(0.03, 0.07), True),
+        ("beats", 0.02, iv(0.01, 0.09, mean=0.05), False),
+        # No worse within 0.02: the lower bound must clear -0.02.
+        ("no_worse", 0.02, iv(-0.01, 0.01), True),
+        ("no_worse", 0.02, iv(-0.03, 0.05, mean=0.01), False),
+        ("at_least", 0.9, iv(0.91, 0.99), True),
+        ("at_least", 0.9, iv(0.89, 0.99, mean=0.95), False),
+        # At most 0.6: the upper bound must stay below it.
+        ("at_most", 0.6, iv(0.45, 0.55), True),
+        ("at_most", 0.6, iv(0.45, 0.65, mean=0.5), False),
+    ],
+)
+def test_forms_decide_on_the_interval_bound(form, margin, interval, holds):
+    claim = IntervalClaim("text", "metric", form, margin, interval)
+    assert claim.holds is holds
+
+
+def test_beats_pairs_the_seeds_and_can_fail():
+    a = {0: 0.95, 1: 0.90, 2: 0.97, 3: 0.93}
+    b = {3: 0.90, 2: 0.94, 1: 0.87, 0: 0.92}  # 0.03 better on every seed, listed in reverse
+    assert IntervalClaim.beats("A beats B", "acc", a, b, 0.02).holds
+    assert not IntervalClaim.beats("A beats B by a lot", "acc", a, b, 0.05).holds
+    # Unpaired means differ by 0.03 too, but the seeds' spread (0.87-0.97) would hide it.
+    assert IntervalClaim.no_worse("B no worse than A", "acc", b, a, 0.05).holds
+    assert not IntervalClaim.no_worse("B no worse than A", "acc", b, a, 0.02).holds
+
+
+def test_unknown_form_is_a_one_line_error():
+    with pytest.raises(ConfigError, match="form='better'.*beats, no_worse, at_least, at_most"):
+        IntervalClaim("t", "m", "better", 0.0, iv(0, 1))
+
+
+def test_both_kinds_render_and_round_trip_through_json():
+    old = Claim("copy learned", "copy/exact_match", 0.97, ">=", 0.95)
+    new = IntervalClaim.at_most("parity fails", "parity/acc", {0: 0.5, 1: 0.52, 2: 0.48}, 0.6)
+    report = Report(method="lm", claims=[old, new], metrics={})
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["all_hold"] is True
+    back = [claim_from_dict(c) for c in data["claims"]]
+    assert back[0] == old and back[1] == new and back[1].holds
+    text = report.markdown()
+    assert "| copy learned | copy/exact_match | 0.97 |  | >= 0.95 | yes |" in text
+    row = next(line for line in text.splitlines() if "parity fails" in line)
+    # mean [low, high], n, and the bound that is compared with its threshold
+    assert f"| {new.interval} | 3 | high < 0.6 | yes |" in row
+    assert str(new.interval).startswith("0.5 [0.48")
