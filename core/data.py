@@ -21,6 +21,22 @@ from core.errors import ConfigError
 _ENDLESS = 2**62  # "infinite" stream length; grain's range dataset is lazy
 
 
+def _num_examples(arrays: dict, who: str) -> int:
+    sizes = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in arrays.items()}
+    if len(set(sizes.values())) != 1 or None in sizes.values():
+        raise ConfigError(f"{who}: arrays need one shared leading dimension, got {sizes}")
+    return next(iter(sizes.values()))
+
+
+def _local_batch(global_batch: int, process_count: int, name: str) -> int:
+    """This process's share of a global batch, which must split evenly over processes."""
+    if global_batch % process_count:
+        raise ConfigError(
+            f"{name}={global_batch} is not divisible by the process count {process_count}"
+        )
+    return global_batch // process_count
+
+
 def stack(examples: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {k: np.stack([e[k] for e in examples]) for k in examples[0]}
 
@@ -35,11 +51,7 @@ def synthetic(
 ) -> grain.DatasetIterator:
     """A checkpointable iterator of this process's share of each global batch."""
     index, count = shard
-    if global_batch % count:
-        raise ConfigError(
-            f"train.batch_size={global_batch} is not divisible by the process count {count}"
-        )
-    local = global_batch // count
+    local = _local_batch(global_batch, count, "train.batch_size")
 
     def make_batch(b: int) -> dict[str, np.ndarray]:
         first = b * global_batch + index * local
@@ -67,16 +79,9 @@ def in_memory(
     not depend on the process count and the state (a batch index) resumes them exactly. With
     `global_batch` = the dataset size and no shuffle, every step sees the whole dataset
     (full-batch training)."""
-    sizes = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in arrays.items()}
-    if len(set(sizes.values())) != 1 or None in sizes.values():
-        raise ConfigError(f"in_memory: arrays need one shared leading dimension, got {sizes}")
-    n = next(iter(sizes.values()))
+    n = _num_examples(arrays, "in_memory")
     index, count = shard
-    if global_batch % count:
-        raise ConfigError(
-            f"train.batch_size={global_batch} is not divisible by the process count {count}"
-        )
-    local = global_batch // count
+    local = _local_batch(global_batch, count, "train.batch_size")
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
 
     @functools.lru_cache(maxsize=2)  # a batch spans at most a few epochs
@@ -102,18 +107,11 @@ def one_pass(
     """Every example once, in order, for evaluation: ceil(n / global_batch) global batches of
     this process's share, the last padded with zero rows; `"mask"` (bool) is False on padding,
     so an `eval_step` weighs real rows only. Nothing is dropped."""
-    sizes = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in arrays.items()}
-    if len(set(sizes.values())) != 1 or None in sizes.values():
-        raise ConfigError(f"one_pass: arrays need one shared leading dimension, got {sizes}")
+    n = _num_examples(arrays, "one_pass")
     if "mask" in arrays:
         raise ConfigError("one_pass adds the 'mask' entry itself; rename the array called mask")
-    n = next(iter(sizes.values()))
     index, count = shard
-    if global_batch % count:
-        raise ConfigError(
-            f"eval batch of {global_batch} is not divisible by the process count {count}"
-        )
-    local = global_batch // count
+    local = _local_batch(global_batch, count, "the eval batch")
     for start in range(0, n, global_batch):
         rows = np.arange(start + index * local, start + (index + 1) * local)
         real = rows < n

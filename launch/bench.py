@@ -26,10 +26,15 @@ import time
 
 from absl import app, flags, logging
 
-_METHODS = flags.DEFINE_list("methods", None, "Methods whose benchmark runs (methods/<slug>).")
-_KERNELS = flags.DEFINE_list("kernels", None, "Kernels whose benchmark runs (core/kernels/<op>).")
-_OUT = flags.DEFINE_string("out", "results/bench", "Folder for the JSON and markdown reports.")
-_SMOKE = flags.DEFINE_bool("smoke", False, "Tiny sizes: checks that each benchmark runs.")
+
+def define_flags() -> None:
+    """The command line's flags, defined only when run as a program: `launch.reproduce` also
+    has a --methods flag, and tests import both modules into one process."""
+    flags.DEFINE_list("methods", None, "Methods whose benchmark runs (methods/<slug>).")
+    flags.DEFINE_list("kernels", None, "Kernels whose benchmark runs (core/kernels/<op>).")
+    flags.DEFINE_string("out", "results/bench", "Folder for the JSON and markdown reports.")
+    flags.DEFINE_bool("smoke", False, "Tiny sizes: checks that each benchmark runs.")
+
 
 KERNEL_PREFIX = "kernels/"
 
@@ -127,14 +132,15 @@ def main(argv):
     from core.errors import ConfigError
 
     try:
-        names = select(_METHODS.value, _KERNELS.value)
+        names = select(flags.FLAGS.methods, flags.FLAGS.kernels)
     except ConfigError as e:
         sys.exit(f"error: {e}")
-    record = run(names, _OUT.value, smoke=_SMOKE.value)
+    record = run(names, flags.FLAGS.out, smoke=flags.FLAGS.smoke)
     print("wrote " + ", ".join(record["files"]))
 
 
 if __name__ == "__main__":
     from launch.config_cli import parse_flags
 
+    define_flags()
     app.run(main, flags_parser=parse_flags)  # an unknown flag: one line, not absl's two

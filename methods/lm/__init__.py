@@ -116,11 +116,6 @@ def make(config) -> Method:
     cfg = model_config(config)
     task = make_task(config)
     num_eval, batch_size = config.eval.num_examples, config.train.batch_size
-    if num_eval % batch_size:
-        raise ConfigError(
-            f"eval.num_examples={num_eval} must be a multiple of train.batch_size={batch_size} "
-            "(the evaluation reads whole batches of the held-out stream)"
-        )
 
     def init(rng, batch_spec):
         del batch_spec
@@ -128,6 +123,11 @@ def make(config) -> Method:
 
     def dataset(split, *, shard, seed):
         if split == "eval":  # the held-out stream (another seed), a fixed number of batches
+            if num_eval % batch_size:
+                raise ConfigError(
+                    f"eval.num_examples={num_eval} must be a multiple of train.batch_size="
+                    f"{batch_size} (the evaluation reads whole batches of the held-out stream)"
+                )
             return data.synthetic(
                 task.example,
                 global_batch=batch_size,

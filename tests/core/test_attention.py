@@ -3,7 +3,6 @@ dot_product implementation against xla, position functions, embeddings in, captu
 intermediates against a forward written out from the layers, block-mask decoding."""
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -11,16 +10,7 @@ import numpy as np
 import pytest
 
 from core.nn import attention, positions, transformer
-
-CFG = transformer.TransformerConfig(
-    vocab_size=32, num_layers=2, d_model=32, num_heads=4, d_ff=64, max_len=64
-)
-apply_jit = jax.jit(transformer.apply, static_argnums=0)
-
-
-@functools.lru_cache
-def params_for(cfg=CFG, seed=0):
-    return transformer.init_params(cfg, jax.random.key(seed))
+from tests.core.test_transformer import CFG, apply_jit, params_for
 
 
 def dense_mask(kind, key_mask_BS, index, block_ids_BT):

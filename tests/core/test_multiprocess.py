@@ -23,29 +23,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def run_two_processes(arguments, log_dir, timeout: float = 240) -> list[str]:
+    """Run `python <arguments(pid)>` for pids 0 and 1 (4 CPU devices each) to the end; assert
+    both exit 0 and return their logs. No process is left behind, whatever happens."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "4"}
+    procs = []
+    try:
+        for pid in range(2):
+            log = open(log_dir / f"log{pid}.txt", "w")  # noqa: SIM115
+            cmd = [sys.executable, *arguments(pid)]
+            procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=log))
+        for p in procs:
+            p.wait(timeout=timeout)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    logs = [(log_dir / f"log{pid}.txt").read_text() for pid in range(2)]
+    assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+    return logs
+
+
 @pytest.mark.multiprocess
 def test_two_processes_match_one_process(tmp_path):
     ref, ref_state = run_losses(lm_config(), (8, 1, 1), tmp_path / "single")
 
     port = free_port()
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "4"}
     workdir = tmp_path / "multi"
-    procs = []
-    try:
-        for pid in range(2):
-            cmd = [sys.executable, "-m", "tests.core.multiprocess_worker", str(pid), "2"]
-            cmd += [str(port), str(workdir), str(tmp_path / f"params{pid}.npz")]
-            log = open(tmp_path / f"log{pid}.txt", "w")  # noqa: SIM115
-            procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=log))
-        for p in procs:
-            p.wait(timeout=240)
-    finally:
-        for p in procs:  # never leave a process behind, whatever happened above
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    logs = [(tmp_path / f"log{pid}.txt").read_text() for pid in range(2)]
-    assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+
+    def worker(pid):
+        cmd = ["-m", "tests.core.multiprocess_worker", str(pid), "2", str(port), str(workdir)]
+        return [*cmd, str(tmp_path / f"params{pid}.npz")]
+
+    logs = run_two_processes(worker, tmp_path)
 
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     multi = np.array([r["loss"] for r in rows if "loss" in r])

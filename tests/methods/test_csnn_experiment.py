@@ -9,6 +9,9 @@ import pytest
 from methods.csnn import experiment
 
 
+# 182 s on 2 cores, over the ~45 s a method's default tests may take: run it with -m slow
+# (or `python -m launch.reproduce --methods=csnn --quick`).
+@pytest.mark.slow
 def test_reduced_minesweeper_run_beats_gcn(tmp_path):
     report = experiment.run(str(tmp_path), quick=True)
     clearly, every_split = report.claims

@@ -2,9 +2,6 @@
 the core's `eval_step` gives the one-device numbers (a host evaluation could not read W)."""
 
 import json
-import os
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -13,7 +10,7 @@ import pytest
 import methods
 from configs import deql as deql_config
 from core import train
-from tests.core.test_multiprocess import REPO, free_port
+from tests.core.test_multiprocess import free_port, run_two_processes
 
 OVERRIDES = ["--config.mesh.shape=1,8,1", "--config.fsdp_min_size=1"]
 
@@ -22,24 +19,13 @@ OVERRIDES = ["--config.mesh.shape=1,8,1", "--config.fsdp_min_size=1"]
 def test_two_processes_with_fsdp_evaluate_like_one_device(tmp_path):
     workdir = tmp_path / "multi"
     port = free_port()
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "4"}
-    procs = []
-    try:
-        for pid in range(2):
-            cmd = [sys.executable, "-m", "launch.train", "--config=configs/deql.py:size=smoke"]
-            cmd += [*OVERRIDES, f"--workdir={workdir}", "--multihost", "--num_processes=2"]
-            cmd += [f"--coordinator_address=127.0.0.1:{port}", f"--process_id={pid}"]
-            log = open(tmp_path / f"log{pid}.txt", "w")  # noqa: SIM115
-            procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=log))
-        for p in procs:
-            p.wait(timeout=240)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    logs = [(tmp_path / f"log{pid}.txt").read_text() for pid in range(2)]
-    assert [p.returncode for p in procs] == [0, 0], logs[0][-3000:] + logs[1][-3000:]
+
+    def process(pid):
+        cmd = ["-m", "launch.train", "--config=configs/deql.py:size=smoke", *OVERRIDES]
+        cmd += [f"--workdir={workdir}", "--multihost", "--num_processes=2"]
+        return [*cmd, f"--coordinator_address=127.0.0.1:{port}", f"--process_id={pid}"]
+
+    run_two_processes(process, tmp_path)
     rows = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
     multi = next(r for r in rows if "eval/recall@20" in r)
 

@@ -56,6 +56,20 @@ def test_bad_task_option_is_a_config_error():
         make(config)
 
 
+def test_evaluation_reads_whole_batches_or_says_why_not():
+    config = lm.get_config("size=smoke,task=copy")
+    config.eval.num_examples = 60  # not a multiple of the batch of 8
+    method = make(config)  # training alone is fine
+    with pytest.raises(ConfigError, match="eval.num_examples=60 must be a multiple of"):
+        method.dataset("eval", shard=(0, 1), seed=0)
+    config.eval.num_examples = 64
+    batches = list(make(config).dataset("eval", shard=(0, 1), seed=0))
+    assert len(batches) == 8 and all(b["inputs"].shape[0] == 8 for b in batches)
+
+
+# ~380 s on 2 cores, over the ~45 s a method's default tests may take: run it with -m slow
+# (or `python -m launch.reproduce --methods=lm --quick`).
+@pytest.mark.slow
 def test_quick_experiment_claims_hold_and_are_rederived_from_its_results(tmp_path, monkeypatch):
     from launch import reproduce
 

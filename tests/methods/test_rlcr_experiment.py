@@ -4,6 +4,7 @@ import math
 import os
 
 import numpy as np
+import pytest
 
 import methods
 from configs import rlcr as rlcr_config
@@ -29,6 +30,9 @@ def test_warm_start_then_grpo_under_a_data_parallel_mesh(tmp_path):
     assert counts == {"warm": 1, "rl": 2}, counts
 
 
+# 91 s on 2 cores, over the ~45 s a method's default tests may take: run it with -m slow
+# (or `python -m launch.reproduce --methods=rlcr --quick`).
+@pytest.mark.slow
 def test_reduced_rlcr_run_calibrates_the_stated_confidence(tmp_path):
     report = experiment.run(str(tmp_path), quick=True)
     (kept,) = report.claims

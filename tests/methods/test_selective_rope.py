@@ -275,6 +275,9 @@ def test_loss_is_masked_cross_entropy_over_classes():
     assert float(metrics["num_tokens"]) == tokens.size
 
 
+# 93 s on 2 cores, over the ~45 s a method's default tests may take: run it with -m slow
+# (or `python -m launch.reproduce --methods=selective_rope --quick`).
+@pytest.mark.slow
 def test_quick_experiment_claims_hold(tmp_path):
     """Reduced parity run (1-layer GLA): selective beats RoPE by a clear margin at the training
     length and at 2x (and the other quick claims hold). No time limit is asserted: timed
