@@ -99,7 +99,7 @@ def test_methods_do_not_import_each_other():
 
 
 def test_docs_and_code_do_not_need_a_directory_outside_the_repository():
-    """A clone stands alone: nothing points at the developers' ../shared notes."""
+    """A clone stands alone: nothing points at notes kept outside the repository."""
     suffixes = {".md", ".py", ".ipynb", ".toml", ".sh", ".sbatch"}
     # The tracked trees only: a user's workdirs or a virtualenv inside the clone are not ours.
     paths = [*ROOT.glob("*.*"), *ROOT.glob(".ci/*")]

@@ -11,7 +11,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from core import data, tasks
 from core.errors import ConfigError
@@ -62,42 +61,11 @@ def loss_fn(cfg, params, batch, *, rng=None, extra=None):
     return (nll_BT * mask_BT).sum() / denom, metrics
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _correct(cfg, params, inputs_BT, targets_BT, mask_BT):
-    logits_BTV, _ = transformer.apply(cfg, params, inputs_BT)
-    correct_BT = jnp.argmax(logits_BTV, -1) == targets_BT
-    return correct_BT, mask_BT > 0
-
-
-def accuracy(cfg, params, task, *, num_examples: int, seed: int, batch_size: int = 256) -> dict:
-    """On held-out examples of `task` (which may be longer than the training task, to measure
-    length generalisation), with teacher forcing: token accuracy over masked positions, exact
-    match of whole sequences, and accuracy at each sequence's last masked position (for prefix
-    parity, the parity of the whole sequence)."""
-    hits, total, exact, final = 0.0, 0.0, 0.0, 0.0
-    for start in range(0, num_examples, batch_size):
-        n = min(batch_size, num_examples - start)
-        rngs = [np.random.default_rng([seed + EVAL_SEED_OFFSET, start + j]) for j in range(n)]
-        batch = data.stack([task.example(r) for r in rngs])
-        correct, mask = jax.device_get(
-            _correct(cfg, params, batch["inputs"], batch["targets"], batch["mask"])
-        )
-        hits += float((correct & mask).sum())
-        total += float(mask.sum())
-        exact += float(np.all(correct | ~mask, axis=1).sum())
-        last_T = mask.shape[1] - 1 - np.argmax(mask[:, ::-1], axis=1)
-        final += float(correct[np.arange(n), last_T].sum())
-    return {
-        "accuracy": hits / max(total, 1.0),
-        "exact_match": exact / num_examples,
-        "final_accuracy": final / num_examples,
-    }
-
-
 def eval_step(cfg, state, batch, *, rng) -> dict:
-    """`accuracy`'s three metrics as (sum, weight) pairs over one batch, for the core's
-    evaluation on the mesh (the same numbers: token accuracy over masked positions, exact match
-    and last-position accuracy per sequence)."""
+    """Held-out metrics with teacher forcing, as (sum, weight) pairs over one batch for the
+    core's evaluation on the mesh: token accuracy over masked positions, exact match of whole
+    sequences, and accuracy at each sequence's last masked position (for prefix parity, the
+    parity of the whole sequence)."""
     del rng
     logits_BTV, _ = transformer.apply(cfg, state.params, batch["inputs"])
     correct_BT = jnp.argmax(logits_BTV, -1) == batch["targets"]
