@@ -5,7 +5,8 @@ conventionally ("data", "fsdp", "model")), `platform` ("auto" or the backend the
 TPU config started on a CPU box fails early), and `dcn_shape` (the across-slice / across-node part
 for multi-slice TPU or multi-node GPU; empty for one slice). Axis types are always passed
 explicitly as Auto: `jax.make_mesh` now defaults to Explicit, which changes how every op in a
-method must be written (see ENGINEERING.md §4).
+method must be written. `make_mesh` takes the devices as an argument so that tests can hand it
+fake multi-host GPU and TPU devices (tests/core/test_mesh.py).
 """
 
 import math
@@ -84,7 +85,11 @@ def make_mesh(config, devices=None) -> Mesh:
                 f"got {len(devices)}"
             )
         ici = resolve_shape(config.shape, len(devices) // math.prod(dcn))
-    # TPU slices are the granules of the slow network; elsewhere (multi-node GPU) processes are.
+    # The granules of the slow network are slices. A TPU slice has its own slice_index; on GPU,
+    # XLA gives all devices of one host the same slice_index (hosts told apart by boot id, see
+    # BuildGlobalTopology in xla/pjrt/distributed/topology_util.cc; JAX_PARTITION_INDEX
+    # overrides it), so a granule is a node whether it runs one process or one per GPU. Only
+    # devices without slice_index (CPU) fall back to processes: several processes on one machine.
     by_process = not hasattr(devices[0], "slice_index")
     granules = (
         len({d.process_index for d in devices})
@@ -92,7 +97,7 @@ def make_mesh(config, devices=None) -> Mesh:
         else len({d.slice_index for d in devices})
     )
     if granules != math.prod(dcn):
-        kind = "processes" if by_process else "slices"
+        kind = "processes" if by_process else "hosts" if platform == "gpu" else "slices"
         raise ConfigError(
             f"mesh.dcn_shape={dcn} needs {math.prod(dcn)} {kind}, but the devices span {granules}"
         )

@@ -1,10 +1,22 @@
-"""The launchers: TPU VM and Slurm scripts through their dry-run output; the Python entry
-points' one-line errors for bad config input."""
+"""The Slurm launcher: its dry-run output, what jax.distributed derives from the variables srun
+sets for its geometry, and a run under a stand-in srun; the Python entry points' one-line errors
+for bad config input. launch/tpu_vm.sh: tests/test_tpu_vm.py."""
 
 import os
+import random
+import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
+from unittest import mock
+
+import pytest
+
+from configs.common import mesh_config
+from core.mesh import make_mesh
+from tests.core.test_mesh import FakeDevice
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,58 +33,6 @@ def dry(*args, env=None) -> list[list[str]]:
     )
     assert out.returncode == 0, out.stderr
     return [shlex.split(line[2:]) for line in out.stdout.splitlines() if line.startswith("+ ")]
-
-
-def test_tpu_vm_create_and_delete():
-    (create,) = dry(
-        "launch/tpu_vm.sh",
-        "--dry-run",
-        "create",
-        "my-tpu",
-        "--type=v5litepod-16",
-        "--zone=us-west4-a",
-        "--spot",
-        "--project=p1",
-    )
-    assert create[:5] == ["gcloud", "compute", "tpus", "tpu-vm", "create"]
-    assert {
-        "my-tpu",
-        "--accelerator-type=v5litepod-16",
-        "--zone=us-west4-a",
-        "--spot",
-        "--project=p1",
-    } <= set(create)
-    (delete,) = dry("launch/tpu_vm.sh", "--dry-run", "delete", "my-tpu", "--zone=us-west4-a")
-    assert delete[4:6] == ["delete", "my-tpu"] and "--quiet" in delete
-
-
-def test_tpu_vm_run_starts_the_same_train_command_on_every_worker():
-    train_flags = ["--config=configs/lm.py:mesh=tpu,size=base", "--workdir=gs://b/run one"]
-    (ssh,) = dry("launch/tpu_vm.sh", "--dry-run", "run", "my-tpu", "--", *train_flags)
-    assert ssh[4:6] == ["ssh", "my-tpu"] and "--worker=all" in ssh
-    remote = next(a for a in ssh if a.startswith("--command=")).removeprefix("--command=")
-    setup, _, command = remote.partition(" && ")
-    assert setup == "cd ~/iclr26"
-    # The remote shell sees exactly the flags we gave, spaces and commas included.
-    assert shlex.split(command) == ["python3", "-m", "launch.train", "--multihost", *train_flags]
-
-
-def test_tpu_vm_setup_copies_the_repo_and_installs_tpu_extras():
-    scp, ssh = dry("launch/tpu_vm.sh", "--dry-run", "setup", "my-tpu")
-    assert scp[4] == "scp" and REPO in scp and "my-tpu:~/iclr26" in scp
-    assert "pip install -q -e '.[tpu]'" in next(a for a in ssh if a.startswith("--command="))
-
-
-def test_tpu_vm_rejects_unknown_actions_and_options():
-    for args in (["bogus", "x"], ["create", "x", "--typo=1"], ["run", "x"]):
-        out = subprocess.run(
-            ["bash", "launch/tpu_vm.sh", "--dry-run", *args],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        assert out.returncode == 2 and "tpu_vm.sh" in out.stderr + out.stdout
 
 
 def test_slurm_script_runs_one_multihost_process_per_gpu():
@@ -95,6 +55,147 @@ def test_slurm_script_runs_one_multihost_process_per_gpu():
         "--config=configs/lm.py:mesh=gpu_multinode",
         "--workdir=/shared/runs/lm",
     ]
+
+
+def test_slurm_script_refuses_to_start_outside_the_repository(tmp_path):
+    out = subprocess.run(
+        ["bash", "launch/slurm_gpu.sbatch", "--workdir=w"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**os.environ, "DRY_RUN": "1", "SLURM_SUBMIT_DIR": str(tmp_path)},
+    )
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == f"slurm_gpu.sbatch: no launch/train.py in {tmp_path}; " + (
+        "submit from the repository root\n"
+    )
+
+
+def sbatch_geometry() -> tuple[int, int, int]:
+    with open(os.path.join(REPO, "launch", "slurm_gpu.sbatch")) as f:
+        text = f.read()
+    return tuple(
+        int(re.search(rf"^#SBATCH --{name}=(\d+)$", text, re.MULTILINE).group(1))
+        for name in ("nodes", "ntasks-per-node", "gpus-per-node")
+    )
+
+
+def srun_task_env(task, nodes, tasks_per_node, job_id=4242):
+    """The variables srun sets for one task (default block distribution: tasks 0..7 on the
+    first node) that jax's Slurm detection reads."""
+    return {
+        "SLURM_JOB_ID": str(job_id),
+        "SLURM_STEP_NODELIST": f"gpu[007-{7 + nodes - 1:03d}]",
+        "SLURM_STEP_NUM_NODES": str(nodes),
+        "SLURM_NTASKS": str(nodes * tasks_per_node),
+        "SLURM_PROCID": str(task),
+        "SLURM_LOCALID": str(task % tasks_per_node),
+        "SLURM_NODEID": str(task // tasks_per_node),
+    }
+
+
+def test_slurm_tasks_give_jax_one_process_per_gpu_and_the_mesh_one_row_per_node():
+    # What `launch.train --multihost` does with no flags: jax.distributed.initialize() fills
+    # coordinator, process count/id and local devices from the environment, through this call
+    # (jax 0.10.2, pinned). The environment holds only what srun gives the task.
+    from jax._src.clusters import ClusterEnv
+
+    nodes, tasks_per_node, gpus_per_node = sbatch_geometry()
+    assert tasks_per_node == gpus_per_node  # one process per GPU
+    devices = []
+    for task in range(nodes * tasks_per_node):
+        env = srun_task_env(task, nodes, tasks_per_node)
+        with mock.patch.dict(os.environ, env, clear=True):
+            derived = ClusterEnv.auto_detect_unset_distributed_params(
+                None, None, None, None, None, 300
+            )
+        coordinator, num_processes, process_id, local_device_ids = derived
+        # Every task agrees on process 0's host and a port derived from the job id.
+        assert coordinator == f"gpu007:{61440 + 4242 % 4096}"
+        assert (num_processes, process_id) == (nodes * tasks_per_node, task)
+        assert local_device_ids == [task % tasks_per_node]  # its own GPU of the node
+        node = int(env["SLURM_NODEID"])
+        # XLA numbers devices by process and gives one host's GPUs one slice_index.
+        devices.append(FakeDevice(id=process_id, process_index=process_id, slice_index=node))
+    mesh = make_mesh(mesh_config("gpu_multinode"), devices)
+    assert dict(mesh.shape) == {"data": nodes, "fsdp": gpus_per_node, "model": 1}
+    assert [{d.slice_index for d in row.flat} for row in mesh.devices] == [
+        {n} for n in range(nodes)
+    ]
+
+
+def free_slurm_port() -> int:
+    """A free port of the range jax's Slurm detection draws from (61440 + job id % 4096)."""
+    for port in random.Random().sample(range(61440, 65536), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 61440-65535")
+
+
+STAND_IN_SRUN = """#!/usr/bin/env bash
+# srun on one machine: SLURM_NTASKS copies of the command, each with srun's per-task variables.
+while [[ "$1" == --* ]]; do shift; done
+pids=()
+for ((i = 0; i < SLURM_NTASKS; i++)); do
+  SLURM_PROCID=$i SLURM_LOCALID=$i SLURM_NODEID=0 "$@" >"$TASK_LOGS/task$i.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+exit $status
+"""
+
+
+@pytest.mark.slow  # 2 processes importing jax and compiling: ~40 s of CPU
+@pytest.mark.multiprocess
+def test_slurm_script_trains_under_a_stand_in_srun(tmp_path):
+    # The script as sbatch runs it, srun replaced by two local tasks with srun's variables and
+    # nothing else: launch.train must find its coordinator and peers from them (gloo on CPU).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(STAND_IN_SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+        "SLURM_JOB_ID": str(free_slurm_port() - 61440),
+        "SLURM_NTASKS": "2",
+        "SLURM_STEP_NODELIST": "localhost",
+        "SLURM_STEP_NUM_NODES": "1",
+        "SLURM_SUBMIT_DIR": REPO,
+        "TASK_LOGS": str(tmp_path),
+        "JAX_PLATFORMS": "cpu",
+        "JAX_NUM_CPU_DEVICES": "4",
+    }
+    flags = [
+        "--config=configs/lm.py:size=smoke,task=copy,mesh=cpu",
+        "--config.train.steps=2",
+        "--config.train.eval_every=-1",
+        "--config.task.length=8",
+        f"--workdir={tmp_path / 'run'}",
+    ]
+    job = subprocess.Popen(
+        # Started elsewhere, as sbatch starts its copy of the script: SLURM_SUBMIT_DIR leads home.
+        ["bash", os.path.join(REPO, "launch", "slurm_gpu.sbatch"), *flags],
+        cwd=tmp_path,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        job.wait(timeout=240)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)  # the stand-in srun and both tasks
+            job.wait()
+    logs = [(tmp_path / f"task{i}.log").read_text() for i in range(2)]
+    assert job.returncode == 0, logs[0][-3000:] + logs[1][-3000:]
+    # Both tasks ran the job as processes 0 and 1 of 2; only process 0 reports.
+    assert "done: step 2" in logs[0] and "done: step 2" not in logs[1]
 
 
 BAD_CONFIGS = [
