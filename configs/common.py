@@ -64,7 +64,11 @@ def base_config(mesh: str = "auto") -> ConfigDict:
     c = ConfigDict()
     c.method = ""
     c.seed = 0
-    c.dtype = "auto"  # float32 on CPU, bfloat16 compute (float32 params) on accelerators
+    # The precision policy (core/precision.py): compute dtype (params stay float32) and the
+    # default precision of every matmul the core traces ("auto": highest when computing in
+    # float32, default in bfloat16). Float32-only methods set dtype="float32" in their config.
+    c.dtype = "auto"  # float32 on CPU, bfloat16 compute on accelerators
+    c.matmul_precision = "auto"
     c.mesh = mesh_config(mesh)
     c.fsdp_min_size = 2**14  # leaves smaller than this stay replicated under FSDP
 

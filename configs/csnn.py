@@ -69,6 +69,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     depth = _int("depth", opts["depth"])
     c = base_config(opts["mesh"])
     c.method = "csnn"
+    c.dtype = "float32"  # csnn computes in float32 only (methods/csnn: make)
     c.data = ConfigDict(
         dict(task=opts["task"], graph_seed=0, side=100, split=_int("split", opts["split"]),
              num_splits=10, depth=depth, eval_graphs=512)

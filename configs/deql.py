@@ -40,6 +40,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     c = base_config(opts["mesh"])
     c.method = "deql"
+    c.dtype = "float32"  # deql computes in float32 only (methods/deql: make)
     c.data = ConfigDict(
         dict(
             source=size["source"],

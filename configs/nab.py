@@ -43,6 +43,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     c = base_config(opts["mesh"])
     c.method = "nab"
+    c.dtype = "float32"  # nab computes in float32 only (methods/nab: make)
     c.data = ConfigDict(
         dict(
             phantom=opts["phantom"],

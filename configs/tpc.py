@@ -48,6 +48,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
 
     c = base_config(opts["mesh"])
     c.method = "tpc"
+    c.dtype = "float32"  # tpc computes in float32 only (methods/tpc: make)
     # layer: prompts' MiniLM layer (methods/tpc/data.py); dim: planted's input width
     c.data = ConfigDict(dict(dataset=opts["dataset"], seed=0, layer=4, dim=16))
     c.model = ConfigDict(

@@ -18,6 +18,7 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -53,6 +54,28 @@ class Result:
     ratios: list[Ratio]
     details: dict = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)
+
+
+class KernelCase(NamedTuple):
+    """One kernel at one size, as `launch.device_check` runs it natively against its reference:
+    `fn(*args, impl=...)` returns a pytree of arrays; gradients are taken in the `wrt`
+    arguments; `min_bytes` is the least memory traffic of one forward (its inputs read once,
+    its outputs written once), for the fraction of memory bandwidth reached; `tol` bounds
+    max |kernel - reference| / max |reference| per output and per gradient."""
+
+    name: str
+    fn: Callable
+    args: tuple
+    wrt: tuple[int, ...]
+    min_bytes: int
+    tol: float
+
+
+# Kernel and reference add float32 terms in different orders: over n terms that moves a sum by
+# about sqrt(n) * 2^-24 of its scale (n = 65,536 pixels in binned_encoding's weight gradient:
+# 1.5e-5). 1e-4 of the scale keeps a margin, while a dropped term, a wrong index or a bfloat16
+# pass shows as 1e-3 or more.
+FLOAT32_KERNEL_TOL = 1e-4
 
 
 # ------------------------------------------------------------------------------ measuring

@@ -11,6 +11,7 @@ can step by hand:
 """
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 from etils import epath
 from jax.sharding import Mesh
 
-from core import data, optim, sharding
+from core import data, optim, precision, sharding
 from core import metrics as metrics_lib
 from core import workdir as workdir_lib
 from core.checkpoint import Checkpointer, abstract_with_shardings
@@ -210,7 +211,9 @@ def init(config, method: Method, *, devices=None) -> Session:
             )
     elif method.dataset is not None:
         batch_spec = data.global_spec(next(method.dataset("eval", shard=shard, seed=config.seed)))
-    make_state = _make_state_fn(method, tx, batch_spec, config.seed)
+    # Every program the core traces (init, step, eval step) gets the config's matmul precision.
+    with_precision = functools.partial(precision.traced_with, config)
+    make_state = with_precision(_make_state_fn(method, tx, batch_spec, config.seed))
     abstract = jax.eval_shape(make_state)
     state_shardings = sharding.tree_shardings(
         abstract, mesh, method.sharding_rules, config.get("fsdp_min_size", 2**14)
@@ -223,7 +226,7 @@ def init(config, method: Method, *, devices=None) -> Session:
     if method.trains:
         method_step = method.step or gradient_step(method.loss, tx)
         step = jax.jit(
-            _train_step(method_step, mesh),
+            with_precision(_train_step(method_step, mesh)),
             in_shardings=(state_shardings, batch_sharding),
             out_shardings=(state_shardings, sharding.replicated(mesh)),
             donate_argnums=(0,),
@@ -231,7 +234,7 @@ def init(config, method: Method, *, devices=None) -> Session:
     eval_step = None
     if method.eval_step is not None:
         eval_step = jax.jit(
-            _eval_step(method.eval_step, mesh),
+            with_precision(_eval_step(method.eval_step, mesh)),
             in_shardings=(state_shardings, batch_sharding, None),
             out_shardings=sharding.replicated(mesh),
         )
@@ -277,7 +280,8 @@ def evaluate(session: Session, state: TrainState) -> dict[str, float]:
         for name, (total, weight) in jax.device_get(totals).items():
             out[name] = float(total) / float(weight) if float(weight) else float("nan")
     if method.evaluate is not None:
-        out |= metrics_lib.to_host(method.evaluate(state, seed=config.seed))
+        with precision.scope(config):
+            out |= metrics_lib.to_host(method.evaluate(state, seed=config.seed))
     return out
 
 
@@ -290,7 +294,8 @@ def apply_hook(session: Session, state: TrainState, step: int) -> TrainState:
     shardings (a hook may return host arrays)."""
     if session.method.hook is None:
         return state
-    new = session.method.hook(state, step=step)
+    with precision.scope(session.config):
+        new = session.method.hook(state, step=step)
     if new is None:
         return state
     if jax.tree.structure(new) != jax.tree.structure(state):

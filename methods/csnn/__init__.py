@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core import data as core_data
+from core import precision
 from core.errors import ConfigError
 from core.method import Method
 from methods.csnn import data, model, tasks
@@ -113,6 +114,11 @@ def make_evaluate(cfg: model.ModelConfig, task: tasks.Task, config, graph=None, 
 
 
 def make(config) -> Method:
+    precision.compute_dtype(
+        config.dtype,
+        ("float32",),
+        "bfloat16 not implemented: the sheaf maps and normalised operators are float32",
+    )
     d = config.data
     if d.task == "minesweeper":
         task, graph = tasks.minesweeper_task(d.graph_seed, d.side)

@@ -29,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from core import data as core_data
+from core import precision
 from core.errors import ConfigError
 from core.mesh import data_axes
 from core.method import Method
@@ -199,6 +200,11 @@ def dataset(split_name, *, shard, seed, X_UI, eval_pairs, batch_size: int):
 
 
 def make(config) -> Method:
+    precision.compute_dtype(
+        config.dtype,
+        ("float32",),
+        "its closed-form solves factorise an item-item Gram matrix: float32 or better",
+    )
     hp = check(Hyper(**config.model.to_dict()))
     split = load_split(config.data)
     X_UI = split.train

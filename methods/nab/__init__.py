@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core import data, optim, steps
+from core import data, optim, precision, steps
 from core.errors import ConfigError
 from core.method import Method
 from methods.nab import metrics as metrics_lib
@@ -84,6 +84,11 @@ def loss_fn(cfg, params, batch, *, rng=None, extra=None):
 
 
 def make(config) -> Method:
+    precision.compute_dtype(
+        config.dtype,
+        ("float32",),
+        "bfloat16 not implemented: the INR fit and its Pallas encoding kernel are float32",
+    )
     cfg = model_config(config)
     truth_NN, sino_DA, angles_A = problem(config)
     if config.train.batch_size != len(angles_A):

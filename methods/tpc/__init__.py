@@ -19,6 +19,7 @@ progressive mode, or the joint mode) on `config.data`, starting from the linear 
 
 import functools
 
+from core import precision
 from core.errors import ConfigError
 from core.method import Method
 from methods.tpc import linear, planted, train
@@ -57,6 +58,11 @@ def _probe(*key):
 
 def make(config, *, splits=None, probe=None) -> Method:
     """`splits` and the linear `probe` default to `config.data`'s (cached per dataset)."""
+    precision.compute_dtype(
+        config.dtype,
+        ("float32",),
+        "probes are checked against float32 references; MiniLM runs at HIGHEST",
+    )
     train.probe_config(config)  # one-line errors before any data is loaded
     if splits is None:
         splits = load_splits(config)

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.benchmark import Ratio, Result, median_seconds
+from core.benchmark import FLOAT32_KERNEL_TOL, KernelCase, Ratio, Result, median_seconds
 from core.kernels.binned_encoding import api
 from core.kernels.binned_encoding.reference import Bins
 
@@ -54,6 +54,23 @@ def _inputs(size: int, M: int, F: int, seed: int = 0):
     w1 = f32(rng.uniform(-bound, bound, (M, F)))
     b1 = f32(rng.uniform(-bound, bound, F))
     return coords, bins, w1, b1
+
+
+def device_case(*, smoke: bool = False) -> KernelCase:
+    """The fused kernel against its reference at NAB's size, forward and the gradients to the
+    bins, W1 and b1 (`launch.device_check`)."""
+    size, M, F = (16, 20, 8) if smoke else (256, 456, 256)
+    N = size * size
+    # coordinates and the seven bin parameters in, W1 and b1 in, z [N, F] out (float32)
+    min_bytes = 4 * (2 * N + 7 * M + M * F + F + N * F)
+    return KernelCase(
+        f"binned_encoding {size}^2 pixels M={M} F={F} float32",
+        lambda coords, bins, w1, b1, impl: api.op(coords, bins, w1, b1, impl=impl),
+        _inputs(size, M, F),
+        (1, 2, 3),
+        min_bytes,
+        FLOAT32_KERNEL_TOL,
+    )
 
 
 def measure(*, smoke: bool = False) -> Result:

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.benchmark import Ratio, Result, median_seconds
+from core.benchmark import FLOAT32_KERNEL_TOL, KernelCase, Ratio, Result, median_seconds
 from core.kernels import poly_probe
 
 _HIGHEST = jax.lax.Precision.HIGHEST
@@ -142,6 +142,22 @@ def _throughput_shape(B: int, D: int, N: int, R: int, repeats: int, seed: int = 
         "matmul_gflops_per_second": flops / seconds["matmul"] / 1e9,
         "op_fraction_of_matmul": seconds["matmul"] / seconds["op"],
     }
+
+
+def device_case(*, smoke: bool = False) -> KernelCase:
+    """The kernel against its reference at TPC's largest benchmarked size, forward and the
+    gradients to all five arrays (`launch.device_check`)."""
+    B, D, N, R = (64, 16, 3, 4) if smoke else (4096, 2048, 5, 256)
+    # x, w1, U, lam in; Y [B, N] out (float32)
+    min_bytes = 4 * (B * D + D + (N - 1) * R * D + (N - 1) * R + B * N)
+    return KernelCase(
+        f"poly_probe B={B} D={D} N={N} R={R} float32",
+        lambda x, w0, w1, U, lam, impl: poly_probe.op(x, w0, w1, U, lam, impl=impl),
+        _probe_arrays(B, D, N, R, seed=0),
+        (0, 1, 2, 3, 4),
+        min_bytes,
+        FLOAT32_KERNEL_TOL,
+    )
 
 
 def measure(*, smoke: bool = False) -> Result:

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.benchmark import Ratio, Result, median_seconds
+from core.benchmark import FLOAT32_KERNEL_TOL, KernelCase, Ratio, Result, median_seconds
 from core.kernels.selective_rotary import op
 from core.nn.positions import rope
 
@@ -43,6 +43,26 @@ def _inputs(B, T, H, K, dtype):
         "gq": x(B, T, H, K),
         "gk": x(B, T, H, K),
     }
+
+
+def _min_bytes(B, T, H, K, dtype) -> int:
+    qk_bytes = 2 * B * T * H * K * jnp.dtype(dtype).itemsize
+    return 2 * qk_bytes + B * T * H * (K // 2) * 4  # q, k in and out; phi (float32) in
+
+
+def device_case(*, smoke: bool = False) -> KernelCase:
+    """The kernel against its reference at the benchmark's size, forward and the gradients to
+    q, k and phi (`launch.device_check`)."""
+    B, T, H, K = (1, 16, 2, 8) if smoke else (8, 512, 8, 64)
+    x = _inputs(B, T, H, K, jnp.float32)
+    return KernelCase(
+        f"selective_rotary B={B} T={T} H={H} K={K} float32",
+        lambda q, k, phi, temp, impl: op(q, k, phi, temp, impl=impl),
+        (x["q"], x["k"], x["phi"], x["temp"]),
+        (0, 1, 2),
+        _min_bytes(B, T, H, K, "float32"),
+        FLOAT32_KERNEL_TOL,
+    )
 
 
 def _functions(impl: str):
@@ -89,9 +109,7 @@ def measure(*, smoke: bool = False) -> Result:
             seconds[key] = median_seconds(
                 lambda fn=fn, args=args: jax.block_until_ready(fn(*args)), repeats
             )
-    itemsize = jnp.dtype(dtype).itemsize
-    qk_bytes = 2 * B * T * H * K * itemsize
-    min_bytes = 2 * qk_bytes + B * T * H * (K // 2) * 4  # q, k in and out; phi (f32) in
+    min_bytes = _min_bytes(B, T, H, K, dtype)
     size = f"B={B} T={T} H={H} K={K} {dtype}"
     ratios = [
         Ratio(
