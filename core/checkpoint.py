@@ -6,14 +6,19 @@ does not have to match) and puts the data iterator back where it was, so the res
 the same batches. Saves are asynchronous: `save` returns once the arrays are copied off the
 device.
 
-Integrity. Orbax writes a step into a temporary directory and renames it when complete, so a
-crash mid-save never leaves a half-written step in place. What it cannot see is damage after
-the fact (a truncated copy, a garbled file). So once a step is finalised, the primary process
-writes `SHA256SUMS.json` into it (before orbax renames it into place, so the digests are
-committed with the step). On restore a step whose files do not match is reported, moved aside to
-`checkpoints/damaged/` (kept, not deleted) and the next older step is tried. Old steps are pruned
-only once a newer one is committed, so a good checkpoint is never deleted before its successor
-is complete.
+Integrity. Orbax commits a step only when it is complete: on a local disk it writes into a
+temporary directory and renames it into place; on gs:// (no rename there) it writes in place and
+commits by writing `commit_success.txt` last, and a step without that file is not a checkpoint
+(orbax lists only committed steps and deletes uncommitted ones when the next run starts). What
+orbax cannot see is damage after the fact (a truncated copy, a garbled file). So once a step's
+files are final, the primary process writes `SHA256SUMS.json` into it, before orbax commits it
+(rename or commit file), so the digests are committed with the step. On restore a step whose
+files do not match is reported, moved aside to `damaged_checkpoints/` beside `checkpoints/`
+(kept, not deleted: inside `checkpoints/` orbax would take it on gs:// for an uncommitted step
+and delete it) and the next older step is tried. Old steps are deleted by orbax's own
+`max_to_keep`, which it applies only after the newer step is committed, so a good checkpoint is
+never deleted before its successor is complete. Every path is an `epath.Path` (`core.storage`):
+a local folder or gs://.
 
 The data iterator's state is saved as JSON (`get_state()`/`set_state()`, as grain's iterators
 provide). It is written once, by the primary process: `core.data.synthetic` keeps the same state
@@ -22,8 +27,6 @@ provide). It is written once, by the primary process: `core.data.synthetic` keep
 
 import hashlib
 import json
-import os
-import shutil
 import time
 import warnings
 from typing import Any
@@ -32,10 +35,11 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
+from core import storage
 from core.errors import ConfigError
 
 MANIFEST = "SHA256SUMS.json"
-DAMAGED = "damaged"
+DAMAGED = "damaged_checkpoints"  # a sibling of the checkpoint folder
 # Orbax rewrites these when it commits a step (after our digests are taken); a broken one makes
 # orbax's own restore fail, which the fallback handles the same way.
 _WRITTEN_AT_COMMIT = {MANIFEST, "_CHECKPOINT_METADATA", "commit_success.txt"}
@@ -77,17 +81,22 @@ def _barrier(name: str) -> None:
 
 class Checkpointer:
     def __init__(
-        self, directory: str, *, max_to_keep: int = 2, async_save: bool = True, create=True
+        self,
+        directory: epath.PathLike,
+        *,
+        max_to_keep: int = 2,
+        async_save: bool = True,
+        create=True,
     ):
-        self.directory = epath.Path(os.path.abspath(directory))
-        self._read_only = not create  # another run's folder (init_from): never pruned
-        if self._read_only and not self.directory.is_dir():
+        self.directory = storage.resolve(directory, what="checkpoint folder")
+        if not create and not self.directory.is_dir():
             raise ConfigError(f"no checkpoint folder {self.directory}")
-        self.max_to_keep = max_to_keep
         self._async = async_save
         self._sealing: int | None = None
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=None,  # pruning is ours: only once a newer step is committed
+            # Orbax deletes the oldest steps after committing a new one; another run's folder
+            # (init_from, create=False) is never written, so never pruned.
+            max_to_keep=max_to_keep if create else None,
             enable_async_checkpointing=async_save,
             create=create,
             cleanup_tmp_directories=create,  # half-written saves of a killed run (ours only)
@@ -109,20 +118,26 @@ class Checkpointer:
             items["data_iter"] = ocp.args.JsonSave(data_iter.get_state())
         if config is not None:
             items["config"] = ocp.args.JsonSave(config)
-        self._manager.wait_until_finished()  # the previous step is committed now...
-        self._prune()  # ...so older ones may go
+        self._manager.wait_until_finished()  # one pending step at a time for _seal_pending
         self._sealing = step
         self._manager.save(step, args=ocp.args.Composite(**items), force=True)
         if not self._async:
             self._seal(self.directory / str(step))
 
     def _seal_pending(self) -> None:
-        """Orbax calls this once the pending step's files are final but before the temporary
-        directory is renamed into place: the digests are committed with the step."""
+        """Orbax calls this once the pending step's files are final but before it commits the
+        step (renames its temporary directory, or on gs:// writes its commit file): the digests
+        are committed with the step."""
         step, self._sealing = self._sealing, None
         if step is None or jax.process_index() != 0:
             return
-        tmp = [p for p in self.directory.iterdir() if p.name.startswith(f"{step}.orbax-")]
+        # Locally `<step>.orbax-checkpoint-tmp-<time>`; on gs:// `<step>` itself (a `force` save
+        # first removed any committed `<step>`).
+        tmp = [
+            p
+            for p in self.directory.iterdir()
+            if p.name == str(step) or p.name.startswith(f"{step}.orbax-")
+        ]
         if len(tmp) != 1:
             warnings.warn(f"step {step}: no unique temporary directory to seal", stacklevel=1)
             return
@@ -136,20 +151,12 @@ class Checkpointer:
         except OSError as e:  # the step itself is complete; only its later check is lost
             warnings.warn(f"could not write {MANIFEST} in {step_dir}: {e}", stacklevel=1)
 
-    def _prune(self) -> None:
-        """Keep the newest `max_to_keep` committed steps (committed = renamed into place)."""
-        if jax.process_index() != 0 or self._read_only:
-            return
-        steps = self._steps_on_disk()
-        for old in steps[: max(len(steps) - self.max_to_keep, 0)]:
-            shutil.rmtree(self.directory / str(old), ignore_errors=True)
-
     # -- restoring ------------------------------------------------------------------------
 
-    def _steps_on_disk(self) -> list[int]:
-        if not self.directory.exists():
-            return []
-        return sorted(int(p.name) for p in self.directory.iterdir() if p.name.isdigit())
+    def _committed_steps(self) -> list[int]:
+        """Orbax's committed steps (on gs:// an uncommitted `<step>` folder has the same name)."""
+        self._manager.reload()
+        return sorted(self._manager.all_steps())
 
     def latest_step(self) -> int | None:
         self._manager.reload()
@@ -191,7 +198,7 @@ class Checkpointer:
     def restore_latest_good(self, abstract_state: Any, data_iter=None) -> Any | None:
         """Restore the newest step that verifies and loads; damaged ones are moved aside with a
         warning. None if there is no checkpoint; ConfigError if every one is damaged."""
-        steps = sorted(self._steps_on_disk(), reverse=True)
+        steps = sorted(self._committed_steps(), reverse=True)
         for step in steps:
             problem = self.verify(step)
             if problem is None:
@@ -203,12 +210,12 @@ class Checkpointer:
         if steps:
             raise ConfigError(
                 f"no usable checkpoint in {self.directory}: all {len(steps)} are damaged "
-                f"(moved to {self.directory / DAMAGED}); remove the workdir to start afresh"
+                f"(moved to {self.directory.parent / DAMAGED}); remove the workdir to start afresh"
             )
         return None
 
     def _set_aside(self, step: int, problem: str) -> None:
-        target = self.directory / DAMAGED / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+        target = self.directory.parent / DAMAGED / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
         _barrier(f"checkpoint-verify-{step}")  # every process has judged the step first
         if jax.process_index() == 0:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -227,7 +234,7 @@ class Checkpointer:
         shardings (the rest of that run's state, e.g. another optimiser's, is not read). For
         starting a run from another run's weights (`train.init_from`); nothing is moved or
         deleted in that run's folder."""
-        for step in sorted(self._steps_on_disk(), reverse=True):
+        for step in sorted(self._committed_steps(), reverse=True):
             if self.verify(step) is not None:
                 continue
             restore_args = jax.tree.map(
@@ -268,9 +275,7 @@ class Checkpointer:
         self._manager.wait_until_finished()
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._prune()
-        self._manager.close()
+        self._manager.close()  # waits for the pending save (and orbax's pruning after it)
 
 
 def abstract_with_shardings(tree: Any, shardings: Any) -> Any:

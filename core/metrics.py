@@ -10,13 +10,15 @@ phase's keys with it) and how a metric says "undefined here" (an AUROC over one 
 
 import json
 import math
-import os
 import sys
 import time
 from typing import Any, TextIO
 
 import jax
 import numpy as np
+from etils import epath
+
+from core import storage
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -39,7 +41,7 @@ class MetricsLogger:
 
     def __init__(
         self,
-        workdir: str | None,
+        workdir: epath.PathLike | None,
         *,
         total_steps: int,
         global_batch: int,
@@ -56,11 +58,9 @@ class MetricsLogger:
         self.prefix = prefix
         self.history: list[dict[str, float]] = []
         self._pending: tuple[int, dict] | None = None
-        self._file = None
+        self._log = None
         if workdir is not None and write:
-            # Line-buffered: each row reaches the file as it is read, so a killed run loses none.
-            path = os.path.join(workdir, "metrics.jsonl")
-            self._file = open(path, "a", buffering=1)  # noqa: SIM115
+            self._log = storage.LineLog(storage.resolve(workdir) / "metrics.jsonl")
         self._window_start = time.perf_counter()
         self._window_steps = 0
         self._window_tokens = 0.0
@@ -73,11 +73,13 @@ class MetricsLogger:
             self._process(*previous)
 
     def flush(self) -> None:
+        """Process the queued step and store every row so far (before a checkpoint: the rows a
+        resumed run keeps must be stored when its checkpoint is)."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
             self._process(*pending)
-        if self._file:
-            self._file.flush()
+        if self._log:
+            self._log.sync()
 
     def log_eval(self, step: int, metrics: dict[str, Any]) -> None:
         values = {k: v for k, v in to_host(metrics).items() if not math.isnan(v)}
@@ -90,9 +92,9 @@ class MetricsLogger:
 
     def close(self) -> None:
         self.flush()
-        if self._file:
-            self._file.close()
-            self._file = None
+        if self._log:
+            self._log.close()
+            self._log = None
 
     def _process(self, step: int, metrics: dict[str, Any]) -> None:
         values = to_host(metrics)
@@ -110,8 +112,8 @@ class MetricsLogger:
             self._console(step, values)
 
     def _write(self, row: dict) -> None:
-        if self._file:
-            self._file.write(json.dumps(row) + "\n")
+        if self._log:
+            self._log.write(json.dumps(row) + "\n")
 
     def _console(self, step: int, values: dict[str, float]) -> None:
         now = time.perf_counter()
@@ -130,4 +132,6 @@ class MetricsLogger:
         self._first_logged_step = self._first_logged_step or step
         if self.write:
             print(" | ".join(parts), file=self.stream, flush=True)
+            if self._log:
+                self._log.sync()  # an object store's copy follows the console
         self._window_start, self._window_steps, self._window_tokens = now, 0, 0.0

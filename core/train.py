@@ -12,7 +12,6 @@ can step by hand:
 
 import dataclasses
 import functools
-import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -22,7 +21,7 @@ import numpy as np
 from etils import epath
 from jax.sharding import Mesh
 
-from core import data, optim, precision, sharding
+from core import data, optim, precision, sharding, storage
 from core import metrics as metrics_lib
 from core import workdir as workdir_lib
 from core.checkpoint import Checkpointer, abstract_with_shardings
@@ -164,11 +163,11 @@ def _initial_state(make_state: Callable, state_shardings) -> TrainState:
 def _restore_params(state: TrainState, state_shardings, source: str) -> TrainState:
     """`state` with its params replaced by those of another run's newest good checkpoint
     (`source`: that run's workdir or its checkpoints/ folder), placed in this run's layout."""
-    directory = epath.Path(source)
+    directory = storage.resolve(source, what="train.init_from")
     if (directory / "checkpoints").exists():
         directory = directory / "checkpoints"
     abstract = abstract_with_shardings(state.params, state_shardings.params)
-    with Checkpointer(str(directory), create=False) as ckpt:
+    with Checkpointer(directory, create=False) as ckpt:
         params = ckpt.restore_params(abstract)
     return state.replace(params=params)
 
@@ -313,20 +312,13 @@ def apply_hook(session: Session, state: TrainState, step: int) -> TrainState:
     return jax.tree.map(place, new, session.state_shardings)
 
 
-def check_workdir(workdir: str) -> None:
-    """Create `workdir` or fail with one line saying why it cannot be used."""
-    try:
-        os.makedirs(workdir, exist_ok=True)
-        probe = os.path.join(workdir, f".write-test-{os.getpid()}")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
-    except OSError as e:
-        raise ConfigError(f"workdir {workdir!r} is not writable: {e.strerror or e}") from None
-
-
 def run(
-    config, method: Method, workdir: str, *, devices=None, allow_config_change: bool = False
+    config,
+    method: Method,
+    workdir: epath.PathLike,
+    *,
+    devices=None,
+    allow_config_change: bool = False,
 ) -> RunResult:
     """Train `method` for `config.train.steps`, resuming from `workdir` if it holds a checkpoint.
 
@@ -334,7 +326,7 @@ def run(
     `preempted=True`; the same call later continues from there. A method that trains nothing
     (no loss, no step) is evaluated once (`evaluate_only`).
     """
-    check_workdir(workdir)
+    workdir = storage.prepare_workdir(workdir)
     is_main = jax.process_index() == 0
     config_json = config.to_dict()
     workdir_lib.check_and_record_config(
@@ -344,7 +336,7 @@ def run(
     if not method.trains:
         return evaluate_only(session, workdir)
     train = config.train
-    ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), max_to_keep=train.keep_checkpoints)
+    ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=train.keep_checkpoints)
     target = abstract_with_shardings(session.state, session.state_shardings)
     state = ckpt.restore_latest_good(target, session.data_iter) or session.state
     start = int(state.step)
@@ -367,6 +359,7 @@ def run(
             logger.push(step, metrics)
             state = apply_hook(session, state, step)
             if train.checkpoint_every and step % train.checkpoint_every == 0:
+                logger.flush()  # this step's row is stored before its checkpoint can commit
                 ckpt.save(step, state, session.data_iter, config_json)
             if evaluates and train.eval_every > 0 and step % train.eval_every == 0:
                 logger.flush()
@@ -374,7 +367,7 @@ def run(
             if step < train.steps and watcher.should_stop(step):
                 preempted = True
                 break
-        logger.flush()
+        logger.flush()  # every row stored before the last checkpoint
         if step > start and ckpt.latest_step() != step and (preempted or train.checkpoint_every):
             ckpt.save(step, state, session.data_iter, config_json)
         if preempted and is_main:
@@ -393,7 +386,7 @@ def run(
     return RunResult(state=state, history=logger.history, preempted=preempted)
 
 
-def evaluate_only(session: Session, workdir: str) -> RunResult:
+def evaluate_only(session: Session, workdir: epath.Path) -> RunResult:
     """The run of a method that trains nothing: its initial state (init, host weights or
     `train.init_from`) evaluated once, logged at step 0 like any evaluation."""
     method = session.method

@@ -3,7 +3,7 @@
 `<workdir>/config.json` is the config the run's checkpoints belong to. Starting in a workdir that
 holds a different config is refused with the differing fields listed, unless the caller allows
 it (then config.json is updated). Every start is recorded in `<workdir>/runs/`, so the config of
-every run is kept.
+every run is kept. Every file operation goes through `core.storage` (a local folder or gs://).
 """
 
 import json
@@ -11,6 +11,9 @@ import os
 import time
 from typing import Any
 
+from etils import epath
+
+from core import storage
 from core.errors import ConfigError
 
 
@@ -33,16 +36,18 @@ def config_diff(old: dict, new: dict) -> list[str]:
     ]
 
 
-def check_and_record_config(workdir: str, config: dict, *, allow_change: bool, write: bool) -> None:
+def check_and_record_config(
+    workdir: epath.PathLike, config: dict, *, allow_change: bool, write: bool
+) -> None:
     """Refuse a workdir holding another config (unless allowed); record this run's config."""
     config = json.loads(json.dumps(config))  # tuples -> lists, as they come back from disk
-    path = os.path.join(workdir, "config.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            try:
-                saved = json.load(f)
-            except ValueError as e:
-                raise ConfigError(f"{path} is not valid JSON ({e}); fix or remove it") from None
+    workdir = storage.resolve(workdir)
+    path = workdir / "config.json"
+    if path.exists():
+        try:
+            saved = json.loads(path.read_text())
+        except ValueError as e:
+            raise ConfigError(f"{path} is not valid JSON ({e}); fix or remove it") from None
         diff = config_diff(saved, config)
         if diff and not allow_change:
             raise ConfigError(
@@ -50,31 +55,24 @@ def check_and_record_config(workdir: str, config: dict, *, allow_change: bool, w
                 "use another workdir, or pass --allow_config_change to continue it anyway"
             )
     if write:
-        os.makedirs(os.path.join(workdir, "runs"), exist_ok=True)
+        (workdir / "runs").mkdir(parents=True, exist_ok=True)
+        text = json.dumps(config, indent=2)
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        for target in (path, os.path.join(workdir, "runs", f"{stamp}-{os.getpid()}.json")):
-            tmp = f"{target}.tmp"
-            with open(tmp, "w") as f:
-                json.dump(config, f, indent=2)
-            os.replace(tmp, target)
+        for target in (path, workdir / "runs" / f"{stamp}-{os.getpid()}.json"):
+            storage.write_atomic(target, text)
 
 
-def rewind_metrics(workdir: str, step: int) -> None:
+def rewind_metrics(workdir: epath.PathLike, step: int) -> None:
     """Drop metrics rows after `step` (written by a run that died after its last checkpoint):
     the resumed run writes them again, identically."""
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
+    path = storage.resolve(workdir) / "metrics.jsonl"
+    if not path.exists():
         return
-    with open(path) as f:
-        lines = f.readlines()
     kept = []
-    for line in lines:
+    for line in path.read_text().splitlines(keepends=True):
         try:
             if json.loads(line)["step"] <= step:
-                kept.append(line)
+                kept.append(line.rstrip("\n") + "\n")  # the kill may have cut only the newline
         except (ValueError, KeyError, TypeError):
             pass  # a line cut short by the kill
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.writelines(kept)
-    os.replace(tmp, path)
+    storage.write_atomic(path, "".join(kept))

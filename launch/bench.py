@@ -88,8 +88,9 @@ def _module(name: str):
 def run(names: list[str], out: str, *, smoke: bool = False) -> dict:
     """Runs the named benchmarks one after the other; writes and returns the JSON record (with
     the paths written under "files")."""
-    from core import benchmark
+    from core import benchmark, storage
 
+    storage.require_local(out, what="--out")
     start = benchmark.machine()
     stem = os.path.join(out, datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S"))
     os.makedirs(out, exist_ok=True)

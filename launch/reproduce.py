@@ -156,7 +156,10 @@ def derive_one(name: str, out: str, quick: bool):
 
 
 def reproduce(names: list[str], out: str, quick: bool, from_results: bool = False) -> list:
+    from core import storage
     from core.errors import ConfigError
+
+    storage.require_local(out, what="--out")  # reports, figures and experiment workdirs
 
     known = with_experiment()
     unknown = [n for n in names if n not in known]

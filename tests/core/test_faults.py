@@ -14,10 +14,11 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from orbax.checkpoint._src.path import atomicity
 
 import methods
 from core import train
-from core.checkpoint import MANIFEST, Checkpointer, DamagedCheckpointWarning
+from core.checkpoint import DAMAGED, MANIFEST, Checkpointer, DamagedCheckpointWarning
 from core.errors import ConfigError
 from tests.core.test_train import lm_config
 
@@ -182,7 +183,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous(tmp_path, how):
     assert [r["step"] for r in resumed.history if "loss" in r] == [9, 10, 11, 12]
     assert_bitwise_equal(resumed.state.params, full.state.params)
     # The damaged step is kept for inspection, not deleted.
-    assert len(os.listdir(ckpt_dir / "damaged")) == 1
+    assert len(os.listdir(workdir / DAMAGED)) == 1
 
 
 def test_no_good_checkpoint_is_a_clear_error(tmp_path):
@@ -202,17 +203,17 @@ def test_a_good_checkpoint_survives_until_its_successor_is_committed(tmp_path, m
     train.run(config, methods.make(config), str(tmp_path / "a"))
     assert sorted(os.listdir(tmp_path / "a" / "checkpoints")) == ["8"]
 
-    # Now every save dies before it is committed (as if the process were killed mid-save):
-    # the step that was there stays, though keep_checkpoints=1 and newer steps were attempted.
-    def dies(self, step, *args, **kwargs):
-        self._prune()
-        raise KeyboardInterrupt
+    # Now every save dies before orbax commits it (as if the process were killed mid-save):
+    # the step that was there stays, though keep_checkpoints=1 and newer steps were written.
+    async def dies(self):
+        raise RuntimeError("killed before the commit")
 
-    monkeypatch.setattr(Checkpointer, "save", lambda self, step, *a, **k: dies(self, step))
+    monkeypatch.setattr(atomicity.AtomicRenameTemporaryPath, "finalize", dies)
     config.train.steps = 16
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(RuntimeError, match="killed before the commit"):
         train.run(config, methods.make(config), str(tmp_path / "a"), allow_config_change=True)
-    assert sorted(os.listdir(tmp_path / "a" / "checkpoints")) == ["8"]
+    steps = [p for p in os.listdir(tmp_path / "a" / "checkpoints") if p.isdigit()]
+    assert steps == ["8"]
     assert Checkpointer(str(tmp_path / "a" / "checkpoints")).verify(8) is None
 
 
