@@ -85,7 +85,8 @@ def make_mesh(config, devices=None) -> Mesh:
             )
         ici = resolve_shape(config.shape, len(devices) // math.prod(dcn))
     # TPU slices are the granules of the slow network; elsewhere (multi-node GPU) processes are.
-    by_process = not hasattr(devices[0], "slice_index")
+    # (GPU devices carry a slice_index too, 0 on every node, so the platform decides.)
+    by_process = devices[0].platform != "tpu"
     granules = (
         len({d.process_index for d in devices})
         if by_process
@@ -109,3 +110,11 @@ def data_axes(mesh: Mesh) -> tuple[str, ...]:
 
 def data_parallel_size(mesh: Mesh) -> int:
     return math.prod(mesh.shape[a] for a in data_axes(mesh))
+
+
+def traced_platform() -> str:
+    """The platform being traced for: that of the mesh in context (`core.train` traces every
+    step with its mesh, so compiling ahead of time for TPU or GPU devices from a CPU machine
+    picks those devices' kernels and attention), else the default backend."""
+    device = jax.sharding.get_abstract_mesh().abstract_device
+    return jax.default_backend() if device is None else device.platform
