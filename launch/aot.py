@@ -137,13 +137,12 @@ def markdown(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def table(targets=TABLE_TARGETS) -> str:
-    rows = [
-        compile_for(method, spec, overrides, target)
-        for method, (spec, overrides) in LARGEST.items()
-        for target in targets
-    ]
-    return markdown(rows)
+def table(targets=TABLE_TARGETS):
+    """The scaling table's lines, each row as soon as it is compiled (minutes on 2 cores)."""
+    yield from markdown([]).splitlines()
+    for method, (spec, overrides) in LARGEST.items():
+        for target in targets:
+            yield markdown([compile_for(method, spec, overrides, target)]).splitlines()[-1]
 
 
 def main(argv):
@@ -154,7 +153,8 @@ def main(argv):
         )
     try:
         if _TABLE.value:
-            print(table())
+            for line in table():
+                print(line, flush=True)
             return
         if not _CONFIG.value:
             sys.exit("error: give --config=configs/<slug>.py[:arg] or --table")
