@@ -85,12 +85,15 @@ def make_mesh(config, devices=None) -> Mesh:
                 f"got {len(devices)}"
             )
         ici = resolve_shape(config.shape, len(devices) // math.prod(dcn))
-    # The granules of the slow network are slices. A TPU slice has its own slice_index; on GPU,
-    # XLA gives all devices of one host the same slice_index (hosts told apart by boot id, see
+    # The granules of the slow network. A TPU slice has its own slice_index. On a real GPU
+    # cluster XLA gives the devices of one host one slice_index (hosts told apart by boot id:
     # BuildGlobalTopology in xla/pjrt/distributed/topology_util.cc; JAX_PARTITION_INDEX
-    # overrides it), so a granule is a node whether it runs one process or one per GPU. Only
-    # devices without slice_index (CPU) fall back to processes: several processes on one machine.
-    by_process = not hasattr(devices[0], "slice_index")
+    # overrides it), so a granule is a node whether it runs one process or one per GPU. A GPU
+    # target description compiled ahead of time (core.aot) has slice_index 0 everywhere and one
+    # process per host: there, and on CPU (no slice_index: several processes on one machine),
+    # processes are the granules.
+    slices = {getattr(d, "slice_index", None) for d in devices}
+    by_process = None in slices or (devices[0].platform != "tpu" and len(slices) == 1)
     granules = (
         len({d.process_index for d in devices})
         if by_process
@@ -114,3 +117,11 @@ def data_axes(mesh: Mesh) -> tuple[str, ...]:
 
 def data_parallel_size(mesh: Mesh) -> int:
     return math.prod(mesh.shape[a] for a in data_axes(mesh))
+
+
+def traced_platform() -> str:
+    """The platform being traced for: that of the mesh in context (`core.train` traces every
+    step with its mesh, so compiling ahead of time for TPU or GPU devices from a CPU machine
+    picks those devices' kernels and attention), else the default backend."""
+    device = jax.sharding.get_abstract_mesh().abstract_device
+    return jax.default_backend() if device is None else device.platform

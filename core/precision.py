@@ -25,17 +25,23 @@ _NAMES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float
 MATMUL_PRECISIONS = ("default", "high", "highest")
 
 
-def compute_dtype(name: str, supported: tuple[str, ...] = tuple(_NAMES), why: str = "") -> str:
+def compute_dtype(
+    name: str,
+    supported: tuple[str, ...] = tuple(_NAMES),
+    why: str = "",
+    platform: str | None = None,
+) -> str:
     """Resolve `config.dtype` for a method computing in one of `supported` (`why`: the reason a
     method supports fewer, for the error). "auto" is float32 on CPU (no fast bfloat16 there) and
-    bfloat16 on accelerators; a method without bfloat16 refuses "auto" (its config says
+    bfloat16 on accelerators (`platform`, default: this process's backend; another for an
+    ahead-of-time compile); a method without bfloat16 refuses "auto" (its config says
     dtype="float32", which is also what `matmul_precision` reads)."""
     if name not in ("auto", *_NAMES):
         raise ConfigError(
             f"dtype={name!r} is unknown; expected auto or one of: {', '.join(_NAMES)}"
         )
     if name == "auto" and "bfloat16" in supported:
-        return "float32" if jax.default_backend() == "cpu" else "bfloat16"
+        return "float32" if (platform or jax.default_backend()) == "cpu" else "bfloat16"
     if name not in supported:
         raise ConfigError(
             f"dtype={name!r} is not supported by this method: it computes in "

@@ -184,11 +184,27 @@ def _train_step(method_step: Callable, mesh: Mesh) -> Callable:
     return train_step
 
 
-def init(config, method: Method, *, devices=None) -> Session:
-    """Build the mesh, the sharded initial state, the jitted steps and the data iterator.
+@dataclasses.dataclass
+class Plan:
+    """What a run compiles, with nothing materialised: the mesh, the state's abstract shapes and
+    shardings, the batch's, and the jitted steps. `init` builds a Session from it; an
+    ahead-of-time compile (`core.aot`) traces the same `step` for another platform's devices."""
 
-    `devices` restricts the mesh to a subset of `jax.devices()` (e.g. one device in a notebook).
-    """
+    mesh: Mesh
+    make_state: Callable[[], TrainState]
+    abstract_state: Any  # ShapeDtypeStructs of the TrainState
+    state_shardings: Any
+    batch_spec: Any  # ShapeDtypeStructs of one global batch (None: the method has no dataset)
+    batch_sharding: Any
+    step: Callable | None  # jitted, donates the state; None: the method trains nothing
+    eval_step: Callable | None  # jitted `method.eval_step`, outputs replicated
+
+
+def plan(config, method: Method, *, devices=None) -> Plan:
+    """The mesh over `devices` (default: all of `jax.devices()`), the state and batch layouts
+    and the jitted steps of `config` and `method`. The batch shapes come from one batch of
+    `method.dataset`; no array is placed on a device. `devices` may be another platform's
+    (`jax.experimental.topologies`): the result can then be compiled, not run."""
     if method.trains and method.dataset is None:
         raise ConfigError("this method trains but has no dataset; core.train needs Method.dataset")
     if method.eval_step is not None and method.dataset is None:
@@ -196,11 +212,10 @@ def init(config, method: Method, *, devices=None) -> Session:
     mesh = make_mesh(config.mesh, devices)
     tx = _optimiser(config, method)
     shard = (jax.process_index(), jax.process_count())
-    data_iter, batch_spec = None, None
+    batch_spec = None
     if method.trains:
         sharding.check_batch_size(config.train.batch_size, mesh)
-        data_iter = method.dataset("train", shard=shard, seed=config.seed)
-        # A separate iterator gives the batch shapes, leaving `data_iter` untouched.
+        # A separate iterator gives the batch shapes, leaving the run's own untouched.
         batch_spec = data.global_spec(next(method.dataset("train", shard=shard, seed=config.seed)))
         leading = {x.shape[0] for x in jax.tree.leaves(batch_spec)}
         if leading != {config.train.batch_size}:
@@ -218,9 +233,6 @@ def init(config, method: Method, *, devices=None) -> Session:
         abstract, mesh, method.sharding_rules, config.get("fsdp_min_size", 2**14)
     )
     batch_sharding = sharding.batch_sharding(mesh)
-    state = _initial_state(make_state, state_shardings)
-    if config.train.get("init_from"):
-        state = _restore_params(state, state_shardings, config.train.init_from)
     step = None
     if method.trains:
         method_step = method.step or gradient_step(method.loss, tx)
@@ -237,8 +249,34 @@ def init(config, method: Method, *, devices=None) -> Session:
             in_shardings=(state_shardings, batch_sharding, None),
             out_shardings=sharding.replicated(mesh),
         )
+    return Plan(
+        mesh, make_state, abstract, state_shardings, batch_spec, batch_sharding, step, eval_step
+    )
+
+
+def init(config, method: Method, *, devices=None) -> Session:
+    """Build the mesh, the sharded initial state, the jitted steps and the data iterator.
+
+    `devices` restricts the mesh to a subset of `jax.devices()` (e.g. one device in a notebook).
+    """
+    p = plan(config, method, devices=devices)
+    data_iter = None
+    if method.trains:
+        shard = (jax.process_index(), jax.process_count())
+        data_iter = method.dataset("train", shard=shard, seed=config.seed)
+    state = _initial_state(p.make_state, p.state_shardings)
+    if config.train.get("init_from"):
+        state = _restore_params(state, p.state_shardings, config.train.init_from)
     return Session(
-        config, method, mesh, state, step, data_iter, state_shardings, batch_sharding, eval_step
+        config,
+        method,
+        p.mesh,
+        state,
+        p.step,
+        data_iter,
+        p.state_shardings,
+        p.batch_sharding,
+        p.eval_step,
     )
 
 

@@ -53,6 +53,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from core.mesh import traced_platform
 from core.nn import layers
 from core.nn import positions as positions_lib
 
@@ -150,7 +151,7 @@ def resolve_impl(impl: str) -> str:
     check_impl(impl)
     if impl != "auto":
         return impl
-    return "dot_product" if jax.default_backend() == "gpu" else "xla"
+    return "dot_product" if traced_platform() == "gpu" else "xla"
 
 
 def attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, *, impl: str = "xla"):

@@ -19,8 +19,9 @@ zero diagonal, lam) = EDLAE(lam / (p a^2 (1 - p)^2)) / (1 - p).
 
 Precision: the solvers run in float64 (inside `jax.enable_x64`, local to the call; the global
 flag is left alone) because the inverse and the rank-one updates subtract nearly equal numbers;
-they return float64 arrays. `gram` keeps X's dtype: for 0/1 data float32 counts are exact
-below 2^24 interactions per item pair.
+they return float64 arrays. The one factorisation is float32 Cholesky refined to float64
+(`_spd_inverse`: float64 Cholesky does not compile for multi-chip TPUs). `gram` keeps X's
+dtype: for 0/1 data float32 counts are exact below 2^24 interactions per item pair.
 """
 
 import functools
@@ -91,9 +92,29 @@ def _diag_constrained(P_II):
     return B_II.at[jnp.diag_indices(B_II.shape[0])].set(0.0)
 
 
-def _spd_inverse(H_II):
-    L_II = jnp.linalg.cholesky(H_II)
-    return jax.scipy.linalg.cho_solve((L_II, True), jnp.eye(H_II.shape[0], dtype=H_II.dtype))
+# Refinement steps of `_spd_inverse`: each shrinks the relative error by about
+# cond(H) * 2^-24 (measured on random SPD matrices: three steps reach float64's level up to
+# cond 1e4, 2e-12 at 1e5, 3e-9 at 1e6). On ML-100k (every sixth point of the experiment's
+# grid, split 0) W moves from the float64 Cholesky's by 2e-10 after one step, 9e-14 after two
+# or three; three (a margin for worse-conditioned data) leave the validation-chosen W of all
+# 10 splits within 3.3e-13 and their test Recall@20/50, NDCG@100 unchanged.
+REFINEMENTS = 3
+
+
+def _spd_inverse(H_II, refinements: int = REFINEMENTS):
+    """H^-1 of a symmetric positive definite H, to H's precision (float64 inside the solvers).
+
+    The Cholesky factor is float32: a float64 Cholesky does not compile into a multi-chip TPU
+    program (jax 0.10.2 / libtpu 0.0.42: "A tuple parameter that is being flattened shouldn't
+    have frontend attributes"; one chip, or float32, compiles). The inverse is then refined in
+    H's dtype, X <- X + L^-T L^-1 (I - H X), with triangular solves and matmuls, which compile
+    in float64 on every platform."""
+    L_II = jnp.linalg.cholesky(H_II.astype(jnp.float32)).astype(H_II.dtype)
+    eye_II = jnp.eye(H_II.shape[0], dtype=H_II.dtype)
+    X_II = jax.scipy.linalg.cho_solve((L_II, True), eye_II)
+    for _ in range(refinements):
+        X_II = X_II + jax.scipy.linalg.cho_solve((L_II, True), eye_II - H_II @ X_II)
+    return X_II
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ impl:
   "tiled"      the kernels' tile code (`kernel_body.py`) run by `lax.scan` over pixel tiles
                with the same custom_vjp (`cpu.py`): plain XLA, for CPU, where it trains NAB
                ~2x faster than autodiff of the reference (`methods/nab/bench.py`);
-  "pallas"     the kernel for `jax.default_backend()`: the Mosaic wrappers with grid-resident
+  "pallas"     the kernel for the platform traced for: the Mosaic wrappers with grid-resident
                accumulators (`tpu.py`) on "tpu", the Triton in-program-loop wrappers (`gpu.py`)
                on "gpu"; a ValueError elsewhere;
   "interpret"  the Triton-shaped wrappers (`gpu.py`) run by the Pallas interpreter on any
@@ -38,11 +38,13 @@ from jax.sharding import PartitionSpec as P
 from core.kernels import common
 from core.kernels.binned_encoding.kernel import KernelConfig, encode_dense_pallas
 from core.kernels.binned_encoding.reference import as_bins, check_shapes, encode_dense
+from core.mesh import traced_platform
 
 
 def _platform() -> str:
-    """The default backend's platform name; a function so tests can pretend to be a TPU/GPU."""
-    return jax.default_backend()
+    """The platform traced for (`core.mesh.traced_platform`); a function so tests can pretend
+    to be a TPU/GPU."""
+    return traced_platform()
 
 
 HOST_IMPL = "tiled"  # what "auto" runs off TPU and GPU

@@ -7,7 +7,7 @@ impl:
   "auto"       the Pallas kernel on TPU and GPU, the jnp reference on any other backend (on
                CPU the reference is one matmul and an epilogue already);
   "xla"        the jnp reference (`reference.truncations`), differentiated by plain autodiff;
-  "pallas"     the kernel for `jax.default_backend()`: the Mosaic wrappers with a resident
+  "pallas"     the kernel for the platform traced for: the Mosaic wrappers with a resident
                accumulator over D (`tpu.py`) on "tpu", the Triton in-program-loop wrappers
                (`gpu.py`) on "gpu"; a ValueError elsewhere;
   "interpret"  the Triton-shaped wrappers (`gpu.py`) run by the Pallas interpreter on any
@@ -34,11 +34,13 @@ from jax.sharding import PartitionSpec as P
 from core.kernels import common
 from core.kernels.poly_probe.kernel import KernelConfig, poly_probe_pallas
 from core.kernels.poly_probe.reference import check_shapes, truncations
+from core.mesh import traced_platform
 
 
 def _platform() -> str:
-    """The default backend's platform name; a function so tests can pretend to be a TPU/GPU."""
-    return jax.default_backend()
+    """The platform traced for (`core.mesh.traced_platform`); a function so tests can pretend
+    to be a TPU/GPU."""
+    return traced_platform()
 
 
 def uses_kernel(impl: str = "auto") -> bool:

@@ -3,7 +3,7 @@
 impl:
   "auto"       the Pallas kernel on TPU and GPU, the jnp reference on any other backend;
   "xla"        the jnp reference (`reference.py`), differentiated by plain autodiff;
-  "pallas"     the kernel for `jax.default_backend()`: the Mosaic grid-carry wrapper (`tpu.py`)
+  "pallas"     the kernel for the platform traced for: the Mosaic grid-carry wrapper (`tpu.py`)
                on "tpu", the Triton in-program-loop wrapper (`gpu.py`) on "gpu"; a ValueError
                elsewhere;
   "interpret"  the Triton-shaped wrapper (`gpu.py`) run by the Pallas interpreter on any
@@ -34,11 +34,13 @@ from jax.sharding import PartitionSpec as P
 from core.kernels import common
 from core.kernels.selective_rotary.kernel import KernelConfig, selective_rotary_pallas
 from core.kernels.selective_rotary.reference import selective_rotary_reference
+from core.mesh import traced_platform
 
 
 def _platform() -> str:
-    """The default backend's platform name; a function so tests can pretend to be a TPU/GPU."""
-    return jax.default_backend()
+    """The platform traced for (`core.mesh.traced_platform`); a function so tests can pretend
+    to be a TPU/GPU."""
+    return traced_platform()
 
 
 def uses_kernel(impl: str = "auto") -> bool:
