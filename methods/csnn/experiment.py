@@ -12,6 +12,9 @@ Claims:
 - Tree: CSNN keeps its accuracy at the deepest depth (>= TREE_KEEP) where GCN falls below it.
 - Barbell: CSNN's MSE is below the constant predictor's and BARBELL_RATIO times below GCN's.
 The ablations (source = target, no conformal scale, a single operator) are reported beside.
+The reduced run (`--quick`, QUICK) is the barbell alone, CSNN and GCN on one seed, with the
+barbell claims at QUICK_BARBELL_RATIO: a smoke check of the mechanism in ~30 s, not the paper's
+Minesweeper numbers.
 """
 
 import dataclasses
@@ -36,8 +39,11 @@ TREE_KEEP = 0.9
 TREE_GAP = 0.2
 # The notes' measured run: CSNN 1.7e-4 against GCN 5.6e-3 (x33) and the constant 1.4e-2.
 BARBELL_RATIO = 10.0
-# The suite's reduced Minesweeper run asserts CSNN - GCN >= this (see QUICK).
-QUICK_MARGIN = 0.02
+# The reduced run (QUICK: barbell seed 0, 800 steps) asserts GCN's MSE / CSNN's >= this. Measured
+# at 800 steps, lr 3e-3, 32 graphs a step: CSNN 7.4e-4, 5.8e-3, 5.6e-4, 1.0e-3, 7.3e-3 on seeds
+# 0-4 (some seeds are still on a plateau near half the constant's 1.39e-2); GCN 1.52e-2, 1.57e-2,
+# 1.61e-2 on seeds 0-2, above the constant predictor: ratios 2.1-29, 20 on seed 0.
+QUICK_BARBELL_RATIO = 1.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +60,8 @@ class Setting:
     barbell_seeds: tuple[int, ...]
     barbell_steps: int
     barbell_models: tuple[str, ...]
+    barbell_batch: int | None = None  # graphs a step; None: configs/csnn.py's
+    barbell_lr: float | None = None  # None: configs/csnn.py's
 
 
 ABLATED = ("csnn:source_equals_target", "csnn:not_conformal", "csnn:single_operator")
@@ -71,21 +79,27 @@ FULL = Setting(
     barbell_steps=3000,
     barbell_models=("csnn", "gcn", "nsd", "csnn:source_equals_target", "csnn:single_operator"),
 )
-# The full graph is needed: on a 40 x 40 Minesweeper (800 train nodes) CSNN and GCN tie after
-# 200 steps (measured test AUROC .886 vs .893 and .908 vs .901 on two splits).
+# The barbell, where GCN fails by construction (a node cannot hear the other clique without its
+# own clique flooding the bridge), at a higher learning rate and half the graphs a step: CSNN
+# leaves its plateau near the constant predictor's MSE within 500-700 steps. Not Minesweeper:
+# on the full graph 150 steps of CSNN and GCN took 185 s (most of it CSNN's 0.45 s steps), and
+# on a 40 x 40 grid (800 train nodes) CSNN and GCN tie after 200 steps (measured test AUROC .886
+# vs .893 and .908 vs .901 on two splits).
 QUICK = Setting(
-    mine_splits=(0,),
-    mine_steps=150,
+    mine_splits=(),
+    mine_steps=0,
     mine_side=100,
-    mine_models=("csnn", "gcn"),
+    mine_models=(),
     mine_extra_splits=(),
     mine_extra_models=(),
     tree_depths=(),
     tree_steps=0,
     tree_models=(),
-    barbell_seeds=(),
-    barbell_steps=0,
-    barbell_models=(),
+    barbell_seeds=(0,),
+    barbell_steps=800,
+    barbell_models=("csnn", "gcn"),
+    barbell_batch=32,
+    barbell_lr=3e-3,
 )
 
 
@@ -136,6 +150,10 @@ def tree_run(model: str, depth: int, s: Setting, workdir: str) -> float:
 def barbell_run(model: str, seed: int, s: Setting, workdir: str) -> float:
     config = config_for("barbell", model, s.barbell_steps)
     config.seed = seed
+    if s.barbell_batch is not None:
+        config.train.batch_size = s.barbell_batch
+    if s.barbell_lr is not None:
+        config.optim.lr = s.barbell_lr
     return train_eval_rows(config, workdir)[-1]["eval/test_mse"]
 
 
@@ -193,8 +211,8 @@ def measure(workdir: str, s: Setting, parts=PARTS) -> tuple[dict, dict, dict]:
 
 def minus_csnn_by_split(mine: dict, model: str) -> dict[int, float]:
     """{split: test AUROC of `model` minus CSNN's on that split}, paired by split, not order."""
-    csnn = {r["split"]: r["test"] for r in mine["csnn"]}
-    return {r["split"]: r["test"] - csnn[r["split"]] for r in mine[model]}
+    csnn = {r["split"]: r["test"] for r in mine.get("csnn", [])}
+    return {r["split"]: r["test"] - csnn[r["split"]] for r in mine.get(model, [])}
 
 
 def paired_minus_csnn(mine: dict) -> dict:
@@ -243,23 +261,27 @@ def run(workdir: str, quick: bool = False) -> Report:
 
 
 def claims(table: dict, s: Setting, quick: bool) -> list[Claim]:
-    mine = table["minesweeper_test_auroc"]
-    out = [
-        Claim(
-            "CSNN beats GCN clearly on Minesweeper (test AUROC, mean over splits)",
-            "auroc_csnn - auroc_gcn",
-            mine["csnn"] - mine["gcn"],
-            ">=",
-            QUICK_MARGIN if quick else MINE_MARGIN,
-        ),
-        Claim(
-            "CSNN beats GCN on every Minesweeper split",
-            "min over splits of auroc_csnn - auroc_gcn",
-            min(table["minesweeper_csnn_minus_gcn_by_split"]),
-            ">",
-            0.0,
-        ),
-    ]
+    out = []
+    if s.mine_splits:
+        mine = table["minesweeper_test_auroc"]
+        out.append(
+            Claim(
+                "CSNN beats GCN clearly on Minesweeper (test AUROC, mean over splits)",
+                "auroc_csnn - auroc_gcn",
+                mine["csnn"] - mine["gcn"],
+                ">=",
+                MINE_MARGIN,
+            )
+        )
+        out.append(
+            Claim(
+                "CSNN beats GCN on every Minesweeper split",
+                "min over splits of auroc_csnn - auroc_gcn",
+                min(table["minesweeper_csnn_minus_gcn_by_split"]),
+                ">",
+                0.0,
+            )
+        )
     if s.tree_depths:
         deepest = max(s.tree_depths)
         acc = table["tree_accuracy"]
@@ -292,13 +314,14 @@ def claims(table: dict, s: Setting, quick: bool) -> list[Claim]:
                 1.0,
             )
         )
+        ratio = QUICK_BARBELL_RATIO if quick else BARBELL_RATIO
         out.append(
             Claim(
-                f"CSNN's barbell test MSE is at least {BARBELL_RATIO:g}x below GCN's",
+                f"CSNN's barbell test MSE is at least {ratio:g}x below GCN's",
                 "mse_gcn / mse_csnn",
                 mse["gcn"] / mse["csnn"],
                 ">=",
-                BARBELL_RATIO,
+                ratio,
             )
         )
         if "csnn:source_equals_target" in mse:
@@ -321,23 +344,24 @@ def plot(table: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    mine = table["minesweeper_test_auroc"]
     has_tree = any(table["tree_accuracy"].values())
     has_barbell = bool(table["barbell_test_mse"])
-    panels = 2 + has_tree + has_barbell
+    panels = 2 * bool(mine) + has_tree + has_barbell
     fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), squeeze=False)
     axes = list(axes[0])
-    mine = table["minesweeper_test_auroc"]
-    ax = axes.pop(0)
-    ax.barh(list(mine), list(mine.values()), color="tab:blue")
-    ax.set_xlim(min(mine.values()) - 0.05, 1.0)
-    ax.set_xlabel("Minesweeper test AUROC, mean over the splits each model ran")
-    ax = axes.pop(0)
-    paired = table["minesweeper_minus_csnn_paired"]
-    labels = [f"{m} ({v['splits']} splits)" for m, v in paired.items()]
-    errors = [v["se"] or 0.0 for v in paired.values()]
-    ax.barh(labels, [v["mean"] for v in paired.values()], xerr=errors, color="tab:green")
-    ax.axvline(0.0, color="k", lw=0.8)
-    ax.set_xlabel("Minesweeper test AUROC minus CSNN's, same splits (mean +/- SE)")
+    if mine:
+        ax = axes.pop(0)
+        ax.barh(list(mine), list(mine.values()), color="tab:blue")
+        ax.set_xlim(min(mine.values()) - 0.05, 1.0)
+        ax.set_xlabel("Minesweeper test AUROC, mean over the splits each model ran")
+        ax = axes.pop(0)
+        paired = table["minesweeper_minus_csnn_paired"]
+        labels = [f"{m} ({v['splits']} splits)" for m, v in paired.items()]
+        errors = [v["se"] or 0.0 for v in paired.values()]
+        ax.barh(labels, [v["mean"] for v in paired.values()], xerr=errors, color="tab:green")
+        ax.axvline(0.0, color="k", lw=0.8)
+        ax.set_xlabel("Minesweeper test AUROC minus CSNN's, same splits (mean +/- SE)")
     if has_tree:
         ax = axes.pop(0)
         for m, by_depth in table["tree_accuracy"].items():

@@ -27,6 +27,7 @@ import dataclasses
 import os
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from configs import rlcr as rlcr_config
@@ -146,9 +147,21 @@ def reliability_lists(q_N, correct_N) -> dict[str, list]:
     }
 
 
-def train_policy(config, workdir: str):
-    """Train through `core.train` (warm start, then GRPO); the final params."""
-    return train.run(config, rlcr.make(config), workdir).state.params
+def train_policy(config, workdir: str, *, keep_step: int | None = None):
+    """Train through `core.train` (warm start, then GRPO): (the final params, a copy of the
+    params after step `keep_step`, or None when not asked for or not passed, e.g. when the run
+    resumed from a later checkpoint)."""
+    method, kept = rlcr.make(config), {}
+    if keep_step is not None:
+
+        def hook(state, *, step):
+            if step == keep_step:
+                # A device copy (the next step donates the state's buffers): host arrays would
+                # give the evaluation's jitted functions other input shardings, and a recompile.
+                kept["params"] = jax.tree.map(jnp.copy, state.params)
+
+        method = method._replace(hook=hook)
+    return train.run(config, method, workdir).state.params, kept.get("params")
 
 
 def mean_over_seeds(per_seed: list[dict], *path) -> float:
@@ -168,12 +181,20 @@ def run(workdir: str, quick: bool = False) -> Report:
             config = arm_config(arm, seed, setting)
             cfg = policy.model_config(config.model, compute_dtype(config.dtype))
             temperature = config.grpo.temperature
-            if arm == ARMS[0]:  # the shared starting point: the warm start alone
-                start = arm_config(arm, seed, setting)
-                start.train.steps = start.warm_start.steps
-                params = train_policy(start, os.path.join(workdir, f"start-{seed}"))
-                runs["start"].append(measure(cfg, params, seed, setting, temperature))
-            params = train_policy(config, os.path.join(workdir, f"{arm}-{seed}"))
+            # The shared starting point, the warm start alone, is the first arm's params after
+            # its warm-start steps (both arms run the same ones): no run of its own.
+            first = arm == ARMS[0]
+            params, start = train_policy(
+                config,
+                os.path.join(workdir, f"{arm}-{seed}"),
+                keep_step=config.warm_start.steps if first else None,
+            )
+            if first:
+                if start is None:  # resumed past the warm start: train it alone
+                    alone = arm_config(arm, seed, setting)
+                    alone.train.steps = alone.warm_start.steps
+                    start, _ = train_policy(alone, os.path.join(workdir, f"start-{seed}"))
+                runs["start"].append(measure(cfg, start, seed, setting, temperature))
             runs[arm].append(measure(cfg, params, seed, setting, temperature))
             print(f"seed {seed} {arm}: " + line(runs[arm][-1]), flush=True)
     figure = os.path.join(workdir, "rlcr_reliability.png")

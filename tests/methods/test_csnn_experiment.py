@@ -1,28 +1,32 @@
-"""The CSNN experiment's reduced run: CSNN against GCN on the full Minesweeper graph (split 0,
-150 full-batch steps, early stopping on validation AUROC), and its per-run result cache."""
+"""The CSNN experiment's reduced run: CSNN against GCN on the barbell (seed 0, 800 steps of 32
+fresh graphs), where GCN fails by construction; and its per-run result cache."""
 
 import json
+import math
 import os
 
 import pytest
 
-from methods.csnn import experiment
+from methods.csnn import experiment, tasks
 
 
-# 182 s on 2 cores, over the ~45 s a method's default tests may take: run it with -m slow
-# (or `python -m launch.reproduce --methods=csnn --quick`).
+# 79 s on 2 loaded cores (load average ~9; about 30 s expected alone), over the ~45 s a
+# method's default tests may take: run it with -m slow (or `python -m launch.reproduce
+# --methods=csnn --quick`).
 @pytest.mark.slow
-def test_reduced_minesweeper_run_beats_gcn(tmp_path):
+def test_reduced_barbell_run_beats_gcn(tmp_path):
     report = experiment.run(str(tmp_path), quick=True)
-    clearly, every_split = report.claims
-    # The margin is experiment.QUICK_MARGIN (2 AUROC points; measured CSNN .9425 vs GCN .9042
-    # at step 150, the first 150 steps of the full run's split 0, README): a CSNN that lost its
-    # separate source and target maps would not keep it (README: S = T is 2 points lower).
-    assert clearly.holds, (clearly.measured, report.metrics["minesweeper"])
-    assert every_split.holds
-    for runs in report.metrics["minesweeper"].values():
-        for r in runs:
-            assert 0.5 < r["test"] <= 1.0 and 0 < r["step"] <= experiment.QUICK.mine_steps
+    below_constant, below_gcn = report.claims
+    # The margins are the claims' (experiment.QUICK_BARBELL_RATIO, its basis there): measured
+    # on seed 0 CSNN at 0.053 of the constant's MSE and 20x below GCN. A CSNN that lost its
+    # separate source and target maps would not get there (README: S = T does no better than
+    # GCN, the paper's Proposition 3.1).
+    assert below_constant.holds, (below_constant.measured, report.metrics["barbell"])
+    assert below_gcn.holds, (below_gcn.measured, report.metrics["barbell"])
+    mse = report.metrics["table"]["barbell_test_mse"]
+    # GCN cannot hear the other clique: it stays near (here above) the constant predictor.
+    assert mse["gcn"] > 0.7 * tasks.barbell_constant_mse()
+    assert all(math.isfinite(v) for v in mse.values())
     assert os.path.getsize(report.figures[0]) > 1000
 
 

@@ -30,8 +30,9 @@ def test_warm_start_then_grpo_under_a_data_parallel_mesh(tmp_path):
     assert counts == {"warm": 1, "rl": 2}, counts
 
 
-# 91 s on 2 cores, over the ~45 s a method's default tests may take: run it with -m slow
-# (or `python -m launch.reproduce --methods=rlcr --quick`).
+# 91 s on 2 cores (the quick run: 225 s with the cores shared, load ~11), over the ~45 s a
+# method's default tests may take: run it with -m slow (or `python -m launch.reproduce
+# --methods=rlcr --quick`).
 @pytest.mark.slow
 def test_reduced_rlcr_run_calibrates_the_stated_confidence(tmp_path):
     report = experiment.run(str(tmp_path), quick=True)
