@@ -78,9 +78,12 @@ class RunResult:
     preempted: bool = False  # stopped early by SIGTERM, after saving a checkpoint
 
 
-def _make_state_fn(method: Method, tx, batch_spec, seed: int) -> Callable[[], TrainState]:
-    def make_state():
-        rng = jax.random.PRNGKey(seed)
+def _make_state_fn(method: Method, tx, batch_spec) -> Callable[[jax.Array], TrainState]:
+    """`make_state(rng)`: the initial state from the key of `config.seed`. The key is an
+    argument, not a constant, so runs that differ only in seed share one init program (the
+    persistent compilation cache then compiles it once)."""
+
+    def make_state(rng):
         init_rng, state_rng = jax.random.split(rng)
         variables = dict(method.init(init_rng, batch_spec))
         if "params" not in variables:
@@ -118,19 +121,20 @@ def place(value, sharding):
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
-def host_leaves(make_state: Callable) -> list:
-    """For each leaf of the state `make_state` builds (flattened): the concrete array `init`
-    returned for it (pretrained weights, numpy), or None where it is traced (random init)."""
+def host_leaves(make_state: Callable, rng) -> list:
+    """For each leaf of the state `make_state(rng)` builds (flattened): the concrete array
+    `init` returned for it (pretrained weights, numpy), or None where it is traced (random
+    init)."""
     concrete: list = []
 
-    def traced():
-        state = make_state()
+    def traced(rng):
+        state = make_state(rng)
         concrete[:] = [
             None if isinstance(x, jax.core.Tracer) else x for x in jax.tree.leaves(state)
         ]
         return state
 
-    jax.eval_shape(traced)
+    jax.eval_shape(traced, rng)
     return concrete
 
 
@@ -138,8 +142,8 @@ def with_host_leaves(make_state: Callable, concrete: list) -> Callable:
     """`make_state` with its concrete leaves taken from an argument (the list of them), so a
     jitted initialisation receives them as inputs instead of compiling them in."""
 
-    def make(supplied_leaves):
-        leaves, treedef = jax.tree.flatten(make_state())
+    def make(rng, supplied_leaves):
+        leaves, treedef = jax.tree.flatten(make_state(rng))
         supplied = iter(supplied_leaves)
         leaves = [x if c is None else next(supplied) for x, c in zip(leaves, concrete, strict=True)]
         return treedef.unflatten(leaves)
@@ -147,17 +151,23 @@ def with_host_leaves(make_state: Callable, concrete: list) -> Callable:
     return make
 
 
-def _initial_state(make_state: Callable, state_shardings) -> TrainState:
+def seed_key(seed: int) -> np.ndarray:
+    """The key of `config.seed` as host data: the same on every process, and an input of the
+    jitted init rather than a constant, so runs differing only in seed share one program."""
+    return np.asarray(jax.random.PRNGKey(seed))
+
+
+def _initial_state(make_state: Callable, rng, state_shardings) -> TrainState:
     """The initial state, built under `jit` with its shardings. Leaves `init` returns as
     concrete arrays (pretrained weights) would become constants of that program, copied into
     the executable and every device: they are placed from the host and passed in instead."""
-    concrete = host_leaves(make_state)
+    concrete = host_leaves(make_state, rng)
     if all(x is None for x in concrete):
-        return jax.jit(make_state, out_shardings=state_shardings)()
+        return jax.jit(make_state, out_shardings=state_shardings)(rng)
     shardings = jax.tree.leaves(state_shardings)
     placed = [place(x, s) for x, s in zip(concrete, shardings, strict=True) if x is not None]
     make = with_host_leaves(make_state, concrete)
-    return jax.jit(make, out_shardings=state_shardings)(placed)
+    return jax.jit(make, out_shardings=state_shardings)(rng, placed)
 
 
 def _restore_params(state: TrainState, state_shardings, source: str) -> TrainState:
@@ -191,7 +201,7 @@ class Plan:
     ahead-of-time compile (`core.aot`) traces the same `step` for another platform's devices."""
 
     mesh: Mesh
-    make_state: Callable[[], TrainState]
+    make_state: Callable[[Any], TrainState]  # of `seed_key(config.seed)`
     abstract_state: Any  # ShapeDtypeStructs of the TrainState
     state_shardings: Any
     batch_spec: Any  # ShapeDtypeStructs of one global batch (None: the method has no dataset)
@@ -227,8 +237,8 @@ def plan(config, method: Method, *, devices=None) -> Plan:
         batch_spec = data.global_spec(next(method.dataset("eval", shard=shard, seed=config.seed)))
     # Every program the core traces (init, step, eval step) gets the config's matmul precision.
     with_precision = functools.partial(precision.traced_with, config)
-    make_state = with_precision(_make_state_fn(method, tx, batch_spec, config.seed))
-    abstract = jax.eval_shape(make_state)
+    make_state = with_precision(_make_state_fn(method, tx, batch_spec))
+    abstract = jax.eval_shape(make_state, seed_key(config.seed))
     state_shardings = sharding.tree_shardings(
         abstract, mesh, method.sharding_rules, config.get("fsdp_min_size", 2**14)
     )
@@ -264,7 +274,7 @@ def init(config, method: Method, *, devices=None) -> Session:
     if method.trains:
         shard = (jax.process_index(), jax.process_count())
         data_iter = method.dataset("train", shard=shard, seed=config.seed)
-    state = _initial_state(p.make_state, p.state_shardings)
+    state = _initial_state(p.make_state, seed_key(config.seed), p.state_shardings)
     if config.train.get("init_from"):
         state = _restore_params(state, p.state_shardings, config.train.init_from)
     return Session(

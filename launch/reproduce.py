@@ -10,6 +10,9 @@ the paper's claims with the measured numbers and whether each holds, and writes
 `<out>/<slug>.json` and `<out>/<slug>.md`; it ends with one table of every claim of every method
 run (held / total, total duration), also at the top of `<out>/REPORT.md`.
 
+JAX's persistent compilation cache is on (`core.compile_cache`: `$JAX_COMPILATION_CACHE_DIR`,
+else `~/.cache/iclr26-jax`), so the seeds of one experiment compile each program once.
+
 Experiments on the workspace's protocol also return a results record (per-seed rows, config,
 code version; `core.results`): a full run saves it as `methods/<slug>/results/full.json` (commit
 it: README numbers come from it), a quick run as `<out>/results/<slug>/quick.json`.
@@ -187,8 +190,12 @@ def main(argv):
     del argv
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
+    from core import compile_cache
     from core.errors import ConfigError
 
+    # Every seed of an experiment compiles the same programs: compile them once (and reruns
+    # load them all).
+    compile_cache.enable()
     names = _METHODS.value or with_experiment()
     try:
         reports = reproduce(names, _OUT.value, _QUICK.value, _FROM_RESULTS.value)

@@ -1,14 +1,13 @@
-"""Test setup: 8 fake CPU devices and a persistent compile cache, before JAX initialises."""
+"""Test setup: 8 fake CPU devices and the persistent compile cache, before JAX initialises."""
 
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "8")
-os.environ.setdefault(
-    "JAX_COMPILATION_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "iclr26-jax")
-)
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+from core import compile_cache  # noqa: E402  (after the platform settings: it imports JAX)
+
+compile_cache.enable()
 
 import jax  # noqa: E402
 

@@ -67,7 +67,8 @@ def test_evaluation_reads_whole_batches_or_says_why_not():
     assert len(batches) == 8 and all(b["inputs"].shape[0] == 8 for b in batches)
 
 
-# ~380 s on 2 cores, over the ~45 s a method's default tests may take: run it with -m slow
+# 278 s on 2 cores under a load of ~11 (other jobs), over the ~45 s a method's default tests
+# may take: run it with -m slow
 # (or `python -m launch.reproduce --methods=lm --quick`).
 @pytest.mark.slow
 def test_quick_experiment_claims_hold_and_are_rederived_from_its_results(tmp_path, monkeypatch):

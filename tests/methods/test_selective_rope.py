@@ -275,7 +275,8 @@ def test_loss_is_masked_cross_entropy_over_classes():
     assert float(metrics["num_tokens"]) == tokens.size
 
 
-# 93 s on 2 cores, over the ~45 s a method's default tests may take: run it with -m slow
+# 241 s on 2 cores under a load of ~11 (other jobs; 93 s unloaded before steps 500 -> 250),
+# over the ~45 s a method's default tests may take: run it with -m slow
 # (or `python -m launch.reproduce --methods=selective_rope --quick`).
 @pytest.mark.slow
 def test_quick_experiment_claims_hold(tmp_path):
