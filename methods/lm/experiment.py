@@ -83,13 +83,13 @@ RUNS = (
         "at_most",
         0.60,
         "a RoPE transformer fails prefix parity",
-        quick_task_options=dict(length=16),  # quick: half the tokens per step
     ),
 )
-# The quick run (the test suite's smoke check, not a reproduction) trains the two cheapest
-# tasks, one claim of each direction, on every seed: MQAR and modular arithmetic need hundreds
-# of steps per seed. With 3 seeds it costs less than the single-seed 4-task run it replaced.
-QUICK_TASKS = ("copy", "parity")
+# The quick run (the test suite's smoke check, not a reproduction) trains the cheapest task on
+# every seed. MQAR and modular arithmetic need hundreds of steps per seed; parity's claim is a
+# failure to learn, which a run short enough for the quick budget shows for any model, trained or
+# not (it is in the full run, and selective_rope's quick run shows a RoPE model failing parity).
+QUICK_TASKS = ("copy",)
 
 
 def task_config(run: TaskRun, quick: bool, seed: int = 0):
