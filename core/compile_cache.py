@@ -9,7 +9,9 @@ program's text, the compile options, the devices and the JAX/XLA versions, so a 
 only in seed loads the executable the first one compiled, while any other change (a config, the
 code, the device count) is a different key and compiles afresh. It also makes a rerun start fast.
 
-The directory is `$JAX_COMPILATION_CACHE_DIR` if set, else `~/.cache/iclr26-jax`. The settings
+The directory is `$JAX_COMPILATION_CACHE_DIR` if set, else `~/.cache/iclr26-jax`. It is capped
+at `$JAX_COMPILATION_CACHE_MAX_SIZE` bytes (default 2 GiB; -1: no cap), least recently used
+entries evicted first (JAX's own LRU, which locks the folder with `filelock`). The settings
 also go into the environment, so processes started from here (launcher tests, multi-process
 runs) share the cache. JAX's own warning holds: whoever can write to the directory can make a
 process that reads it run arbitrary code, so do not point it at a folder others write to.
@@ -24,6 +26,8 @@ DEFAULT_DIR = os.path.join(os.path.expanduser("~"), ".cache", "iclr26-jax")
 SETTINGS = {
     "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    # A session of tests and quick runs writes about 100 MB; without a cap the folder only grows.
+    "JAX_COMPILATION_CACHE_MAX_SIZE": str(2 * 2**30),
 }
 
 
@@ -44,5 +48,8 @@ def enable(directory: str | None = None) -> str:
     jax.config.update(
         "jax_persistent_cache_min_entry_size_bytes",
         int(os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"]),
+    )
+    jax.config.update(
+        "jax_compilation_cache_max_size", int(os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"])
     )
     return directory
