@@ -1,48 +1,42 @@
-"""The persistent compilation cache is capped by default and stays under its cap
+"""The persistent compilation cache is pruned to its cap, oldest entries first
 (core.compile_cache)."""
 
 import os
 import subprocess
 import sys
-import textwrap
 
 from core import compile_cache
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# In a fresh process (JAX builds its cache object once, at the first compilation): enable the
-# cache with its default settings and print the cap JAX got; then lower the cap to argv[2] bytes
-# (before anything compiles), compile 12 distinct programs and print the bytes and the number of
-# entries left in the folder.
-SCRIPT = textwrap.dedent(
-    """
-    import os, sys
-    os.environ["JAX_PLATFORMS"] = "cpu"
-    os.environ.pop("JAX_COMPILATION_CACHE_MAX_SIZE", None)
-    from core import compile_cache
-    directory = compile_cache.enable(sys.argv[1])
-    import jax, jax.numpy as jnp
-    print(jax.config.jax_compilation_cache_max_size)
-    jax.config.update("jax_compilation_cache_max_size", int(sys.argv[2]))
-    for n in range(12):
-        jax.jit(lambda x, n=n: jnp.sin(x) * n + jnp.cumsum(x)).lower(jnp.ones(64 + n)).compile()
-    entries = [e for e in os.scandir(directory) if e.name.endswith("-cache")]
-    print(sum(e.stat().st_size for e in entries), len(entries))
-    """
-)
+
+def fill(directory, sizes: list[int]) -> list[str]:
+    """Entries of the given sizes, each written one second after the one before."""
+    os.makedirs(directory, exist_ok=True)
+    paths = []
+    for i, size in enumerate(sizes):
+        path = os.path.join(directory, f"jit_f{i}-{i:064x}-cache")
+        with open(path, "wb") as f:
+            f.write(b"x" * size)
+        os.utime(path, (1_000_000 + i, 1_000_000 + i))
+        paths.append(path)
+    return paths
 
 
-def test_the_cache_has_a_default_cap_and_evicts_beyond_it(tmp_path):
-    cap = 40_000  # bytes: a few of these programs' entries (each ~10-20 kB on XLA:CPU)
-    out = subprocess.run(
-        [sys.executable, "-c", SCRIPT, str(tmp_path), str(cap)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    default_cap, sizes = out.stdout.strip().splitlines()
-    assert int(default_cap) == int(compile_cache.SETTINGS["JAX_COMPILATION_CACHE_MAX_SIZE"]) > 0
-    size, count = map(int, sizes.split())
-    assert 0 < count < 12  # some entries were written, older ones evicted
-    assert size <= cap
+def test_prune_deletes_the_oldest_entries_down_to_the_cap_and_nothing_else(tmp_path):
+    paths = fill(tmp_path, [100, 200, 300, 400])
+    other = tmp_path / "notes.txt"  # not a cache entry: never deleted
+    other.write_text("keep")
+    assert compile_cache.prune(str(tmp_path), 700) == 300  # 1000 bytes -> the two oldest go
+    assert [os.path.exists(p) for p in paths] == [False, False, True, True]
+    assert other.exists()
+    assert compile_cache.prune(str(tmp_path), 700) == 0  # already under the cap
+    assert compile_cache.prune(str(tmp_path / "absent"), 0) == 0
+
+
+def test_enable_prunes_to_the_cap_from_the_environment(tmp_path):
+    paths = fill(tmp_path, [100, 100, 100])
+    env = {**os.environ, "ICLR26_COMPILE_CACHE_MAX_BYTES": "150", "JAX_PLATFORMS": "cpu"}
+    script = "import sys; from core import compile_cache; compile_cache.enable(sys.argv[1])"
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=REPO, env=env, check=True)
+    assert [os.path.exists(p) for p in paths] == [False, False, True]
