@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from core import preemption
 from core.errors import ConfigError
 
 
@@ -47,6 +48,10 @@ def cached(compute: Callable[[], Any], *, config: Any, code: str, root: str) -> 
         if entry["config"] == text and entry["code"] == code:
             return entry["value"]
     value = compute()
+    if preemption.happened():
+        # A run inside compute() stopped early on SIGTERM: its numbers are not the run's. Stop
+        # the experiment here; a rerun resumes the run from its checkpoint and stores it then.
+        raise preemption.Preempted("preempted: checkpoint saved; rerun to continue")
     os.makedirs(root, exist_ok=True)
     entry = {"config": text, "code": code, "value": value}
     tmp = f"{path}.{os.getpid()}.tmp"  # one per process: two may finish the same run

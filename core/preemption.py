@@ -4,6 +4,10 @@ One process: our own SIGTERM handler sets a flag that the loop reads between ste
 processes: JAX's distributed runtime owns the notice (its preemption service catches SIGTERM
 and agrees with every process on one step to stop at), read through
 `multihost_utils.reached_preemption_sync_point`, so all processes save the same step.
+
+A preempted run returns early (`RunResult.preempted`) and marks the process (`mark`): an
+experiment that caches runs (`core.cache.cached`) then raises `Preempted` instead of storing the
+cut-short run as finished, and a rerun resumes that run from its checkpoint.
 """
 
 import signal
@@ -11,6 +15,22 @@ import threading
 
 import jax
 from jax.experimental import multihost_utils
+
+_PREEMPTED = threading.Event()  # a run in this process stopped early on SIGTERM
+
+
+class Preempted(Exception):
+    """A run was stopped by preemption after saving its checkpoint: rerun to continue."""
+
+
+def mark() -> None:
+    """Record that a run in this process was preempted (`core.train.run` calls it)."""
+    _PREEMPTED.set()
+
+
+def happened() -> bool:
+    """Whether a run in this process was preempted."""
+    return _PREEMPTED.is_set()
 
 
 class PreemptionWatcher:

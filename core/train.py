@@ -21,7 +21,7 @@ import numpy as np
 from etils import epath
 from jax.sharding import Mesh
 
-from core import data, optim, precision, sharding, storage
+from core import data, optim, precision, preemption, sharding, storage
 from core import metrics as metrics_lib
 from core import workdir as workdir_lib
 from core.checkpoint import Checkpointer, abstract_with_shardings
@@ -29,7 +29,6 @@ from core.errors import ConfigError
 from core.mesh import data_parallel_size, make_mesh
 from core.method import Method
 from core.metrics import MetricsLogger
-from core.preemption import PreemptionWatcher
 from core.state import TrainState
 from core.steps import gradient_step, init_opt_state
 
@@ -398,7 +397,7 @@ def run(
         log_every=train.log_every,
         write=is_main,
     )
-    watcher = PreemptionWatcher()
+    watcher = preemption.PreemptionWatcher()
     step, preempted = start, False
     evaluates = method.evaluate is not None or method.eval_step is not None
     try:
@@ -418,8 +417,10 @@ def run(
         logger.flush()  # every row stored before the last checkpoint
         if step > start and ckpt.latest_step() != step and (preempted or train.checkpoint_every):
             ckpt.save(step, state, session.data_iter, config_json)
-        if preempted and is_main:
-            print(f"preempted: checkpoint saved at step {step}; rerun to continue", flush=True)
+        if preempted:
+            preemption.mark()
+            if is_main:
+                print(f"preempted: checkpoint saved at step {step}; rerun to continue", flush=True)
         elif (
             not preempted
             and evaluates

@@ -190,7 +190,7 @@ def main(argv):
     del argv
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)
-    from core import compile_cache
+    from core import compile_cache, preemption
     from core.errors import ConfigError
 
     # Every seed of an experiment compiles the same programs: compile them once (and reruns
@@ -201,6 +201,9 @@ def main(argv):
         reports = reproduce(names, _OUT.value, _QUICK.value, _FROM_RESULTS.value)
     except ConfigError as e:
         sys.exit(f"error: {e}")
+    except preemption.Preempted as e:
+        print(e, flush=True)  # a clean exit, as for a preempted launch.train
+        return
     print(f"\n== all claims\n{summary(reports)}; reports in {os.path.abspath(_OUT.value)}/")
     held = sum(c.holds for r in reports for c in r.claims)
     total = sum(len(r.claims) for r in reports)

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import jax
@@ -17,7 +18,7 @@ import pytest
 from orbax.checkpoint._src.path import atomicity
 
 import methods
-from core import train
+from core import cache, preemption, train
 from core.checkpoint import DAMAGED, MANIFEST, Checkpointer, DamagedCheckpointWarning
 from core.errors import ConfigError
 from tests.core.test_train import lm_config
@@ -254,3 +255,34 @@ def test_config_json_garbage_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match="config.json is not valid JSON"):
         train.run(config, methods.make(config), str(tmp_path))
     shutil.rmtree(tmp_path)
+
+
+def test_a_preempted_run_is_not_cached_as_finished_and_the_rerun_resumes_it(tmp_path, monkeypatch):
+    # The process-wide mark starts clear here and is restored after the test.
+    monkeypatch.setattr(preemption, "_PREEMPTED", threading.Event())
+    config = lm_config(steps=8)
+    method = methods.make(config)
+
+    def sigterm_at_step_3(state, *, step):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # what a scheduler sends; the run's handler has it
+
+    def train_once(method):
+        result = train.run(config, method, tmp_path / "run")
+        return {"steps": int(result.state.step)}
+
+    root = str(tmp_path / "cache")
+    with pytest.raises(preemption.Preempted, match="rerun to continue"):
+        cache.cached(
+            lambda: train_once(method._replace(hook=sigterm_at_step_3)),
+            config=config,
+            code="c",
+            root=root,
+        )
+    assert cache.entries(root) == []  # the cut-short run (3 of 8 steps) was not stored
+    assert Checkpointer(str(tmp_path / "run" / "checkpoints")).latest_step() == 3
+    monkeypatch.setattr(preemption, "_PREEMPTED", threading.Event())  # a fresh process
+    assert cache.cached(lambda: train_once(method), config=config, code="c", root=root) == {
+        "steps": 8
+    }
+    assert [e["value"] for e in cache.entries(root)] == [{"steps": 8}]
