@@ -13,13 +13,32 @@ from ml_collections import ConfigDict
 from configs.common import base_config, choose, parse_arg, set_training
 
 SIZES = {
-    # layers, d_model, heads, d_ff, context C, completion L, steps, batch, lr
+    # layers, d_model, heads, d_ff, context C, completion L, steps, batch, lr; completions
+    # start at a uniform position in [1, max_start] of a teacher sequence
     "smoke": dict(
-        num_layers=1, d_model=32, num_heads=2, d_ff=64, C=4, L=4, steps=2, batch=8, lr=1e-3
+        num_layers=1,
+        d_model=32,
+        num_heads=2,
+        d_ff=64,
+        C=4,
+        L=4,
+        steps=2,
+        batch=8,
+        lr=1e-3,
+        max_start=8,
     ),
     # The notes' toy run: 2 layers, d = 64, L = 16, batch 64, AdamW 3e-3, warmup + cosine.
     "toy": dict(
-        num_layers=2, d_model=64, num_heads=4, d_ff=256, C=16, L=16, steps=8000, batch=64, lr=3e-3
+        num_layers=2,
+        d_model=64,
+        num_heads=4,
+        d_ff=256,
+        C=16,
+        L=16,
+        steps=8000,
+        batch=64,
+        lr=3e-3,
+        max_start=64,
     ),
 }
 U = {"on": True, "off": False}
@@ -40,6 +59,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.ptp = ConfigDict(
         dict(
             context_len=size["C"],
+            # Completions start at a uniform position in [1, max_start] of a teacher sequence.
+            max_start=size["max_start"],
             completion_len=size["L"],
             use_u=use_u,
             num_anchors=3,  # LinearInterpolationEmbedding's anchors (u = 0, 1/2, 1)

@@ -77,16 +77,20 @@ def student_config(config) -> model.StudentConfig:
         raise ConfigError(f"model/ptp: {e}") from None
 
 
-def example(teacher, edges_VE, context_len: int, completion_len: int, rng) -> dict:
-    """One teacher sequence cut at a uniform point s in [1, C]: context tokens [0, s) (left-
-    padded to C with token 0, masked), completion [s, s + L)."""
-    s = int(rng.integers(1, context_len + 1))
+def example(teacher, edges_VE, context_len: int, completion_len: int, max_start: int, rng):
+    """One teacher sequence from its start token, cut at a uniform point s in [1, max_start]:
+    the completion is tokens [s, s + L), the context the last min(s, C) tokens before it
+    (left-padded to C with token 0, masked). A window of C tokens is what the student and
+    decoding see (exact for the toy teacher, whose next token depends on the last one); cuts
+    far beyond C put larger token values in the data, as long decoding reaches them."""
+    s = int(rng.integers(1, max_start + 1))
     seq = teacher.sample(rng, s + completion_len, edges_VE)
+    n = min(s, context_len)
     context = np.zeros(context_len, np.int32)
-    context[context_len - s :] = seq[:s]
+    context[context_len - n :] = seq[s - n : s]
     return {
         "context": context,
-        "context_mask": np.arange(context_len) >= context_len - s,
+        "context_mask": np.arange(context_len) >= context_len - n,
         "completion": seq[s:],
     }
 
@@ -149,7 +153,10 @@ def make(config) -> Method:
         raise ConfigError(
             f"eval.num_examples={num_eval} must be a multiple of train.batch_size={batch_size}"
         )
-    example_fn = functools.partial(example, teacher, edges_VE, C, L)
+    max_start = config.ptp.max_start
+    if not 1 <= max_start <= teacher.vocab_size:
+        raise ConfigError(f"ptp.max_start={max_start} must be in [1, teacher.vocab_size]")
+    example_fn = functools.partial(example, teacher, edges_VE, C, L, max_start)
 
     def init(rng, batch_spec):
         del batch_spec
