@@ -148,10 +148,11 @@ def sample(
 ) -> SampleOutput:
     """Generates up to `max_new_tokens` tokens per row after a left-padded prompt.
 
-    temperature == 0 is greedy. Static under jit: policy, max_new_tokens, temperature, top_k,
-    top_p, eos_id, next_input (see `sample_jit`). The cache holds P + max_new_tokens - 1 slots.
-    next_input: a `NextInputRule` that chooses each token (and what is fed next) in place of
-    temperature / top_k / top_p, which are then unused.
+        temperature == 0 is greedy. Static under jit: policy, max_new_tokens, temperature, top_k,
+        top_p, eos_id, next_input (see `sample_jit`). The cache holds P + max_new_tokens - 1 slots
+    (P + max_new_tokens with a rule: its `peek` at the last token feeds one input more).
+        next_input: a `NextInputRule` that chooses each token (and what is fed next) in place of
+        temperature / top_k / top_p, which are then unused.
     """
     policy = as_policy(policy)
     if max_new_tokens < 1:
@@ -180,7 +181,8 @@ def sample(
         ctx = StepContext(jax.random.fold_in(rng, i), i, live_B, embed, peek)
         return rule.step(logits_BV, rule_state, ctx)
 
-    cache = policy.init_cache(B, P + N - 1)
+    # The last token is never fed; a rule may still peek past it: one slot more.
+    cache = policy.init_cache(B, P + N - (next_input is None))
     logits_BPV, cache = policy.apply(
         params,
         prompt_BP,
