@@ -1,4 +1,6 @@
-"""Stochastic Soft Thinking (paper 2): the task model, trained through `core.train`.
+"""Stochastic Soft Thinking (paper 2): soft, Dirichlet and Gumbel decoding through the shared
+sampler (`decode.py`), the JS probes (`probes.py`), and the task model, trained through
+`core.train`.
 
 `make(config)` returns the `core.Method` that trains the small decoder of the experiment on the
 shuffled modular sum (`task.py`): masked next-token cross-entropy on the completion after "=".
