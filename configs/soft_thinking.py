@@ -16,16 +16,16 @@ from configs.common import base_config, choose, parse_arg
 
 # The task per size: the quick model gets a shorter sum to learn in fewer steps.
 TASKS = {"smoke": dict(modulus=7, num_terms=3), "quick": dict(modulus=7, num_terms=4)}
-TASKS["full"] = dict(modulus=11, num_terms=5)
+TASKS["full"] = dict(modulus=11, num_terms=4)
 
 SIZES = {
     # layers, d_model, heads, d_ff, steps, batch, lr
     "smoke": dict(num_layers=1, d_model=32, num_heads=2, d_ff=64, steps=2, batch_size=8, lr=1e-3),
     "quick": dict(
-        num_layers=2, d_model=64, num_heads=4, d_ff=192, steps=600, batch_size=64, lr=3e-3
+        num_layers=2, d_model=64, num_heads=4, d_ff=192, steps=200, batch_size=64, lr=3e-3
     ),
     "full": dict(
-        num_layers=4, d_model=192, num_heads=6, d_ff=512, steps=3000, batch_size=64, lr=1e-3
+        num_layers=4, d_model=96, num_heads=4, d_ff=256, steps=800, batch_size=64, lr=3e-3
     ),
 }
 

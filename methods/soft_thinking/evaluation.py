@@ -21,7 +21,6 @@ import numpy as np
 
 from core.nn import transformer
 from methods.soft_thinking import task as task_lib
-
 from methods.soft_thinking.decode import Decoder, generate_jit
 
 DECODERS = {

@@ -67,10 +67,10 @@ class Setting:
 
 
 FULL = Setting(
-    "full", check_every=100, max_checks=30, num_validation=256, num_test=512, lens_limit=512
+    "full", check_every=50, max_checks=16, num_validation=256, num_test=512, lens_limit=512
 )
 QUICK = Setting(
-    "quick", check_every=50, max_checks=12, num_validation=128, num_test=128, lens_limit=128
+    "quick", check_every=50, max_checks=4, num_validation=64, num_test=64, lens_limit=128
 )
 
 
