@@ -315,6 +315,38 @@ def reported(record: dict) -> dict:
     return out
 
 
+def per_seed_table(record: dict) -> str:
+    """The README's per-seed table (markdown) from a results record."""
+    rows = sorted(record["rows"], key=lambda r: r["seed"])
+    metrics = [("steps", "chosen steps"), ("validation/greedy", "validation greedy accuracy")]
+    for name in ("greedy", *STOCHASTIC):
+        metrics.append((f"{name}/pass@1", f"{name} pass@1"))
+    for name in STOCHASTIC:
+        metrics.append((f"{name}/pass@16", f"{name} pass@16"))
+    for name in ("greedy", *STOCHASTIC):
+        metrics.append((f"{name}/valid_trace", f"{name} valid-trace rate"))
+    for name in STOCHASTIC:
+        metrics.append((f"{name}/rouge_l_greedy", f"{name} ROUGE-L to greedy chain"))
+        metrics.append((f"{name}/distinct_chains", f"{name} distinct chains of 16"))
+    metrics += [
+        ("soft/js_top1", "soft: JS to top-1 input (nats)"),
+        ("soft/js_top2", "soft: JS to top-2 input (nats)"),
+        ("soft/js_ratio", "soft: JS ratio top-1 / top-2"),
+        ("lens/branch_points", "logit lens: branch points"),
+    ]
+    layers = sorted({k.rsplit("/", 1)[1] for k in rows[0] if k.startswith("lens/mix_vs_top1/")})
+    for which in ("top1", "top2"):
+        for layer in layers:
+            metrics.append((f"lens/mix_vs_{which}/{layer}", f"lens: mix vs {which}, layer {layer}"))
+    seeds = " / ".join(str(r["seed"]) for r in rows)
+    lines = [f"| quantity | seeds {seeds} | mean |", "|---|---|---|"]
+    for key, label in metrics:
+        values = [r[key] for r in rows]
+        text = " / ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in values)
+        lines.append(f"| {label} | {text} | {np.mean(values):.3f} |")
+    return "\n".join(lines)
+
+
 def plot_pass_at_k(record: dict, path: str) -> None:
     import matplotlib
 
