@@ -94,14 +94,16 @@ def tempered_probs(logits_BV, temperature: float):
     return jax.nn.softmax(logits_BV / temperature, axis=-1)
 
 
-def truncate(probs_BV, decoder: Decoder):
-    """(probs_BK, ids_BK): top-k, then top-p, then min-p, renormalised after each, sorted by
-    descending probability (ties: lower id first); filtered-out entries are 0. K = top_k (V
-    when off). top-p keeps the smallest prefix whose mass is >= top_p (the top token always)."""
-    V = probs_BV.shape[-1]
+def truncate(logits_BV, decoder: Decoder):
+    """(probs_BK, ids_BK): p = softmax(logits / T), then top-k, top-p and min-p, renormalised
+    after each; the K = top_k (V when off) most likely ids, descending (ties: lower id first;
+    ranked by the logits, so at T = 0 too), filtered-out entries 0. top-p keeps the smallest
+    prefix whose mass is >= top_p (the top token always); min-p keeps p >= min_p * max p."""
+    V = logits_BV.shape[-1]
     K = decoder.top_k if 0 < decoder.top_k < V else V
-    probs_BK, ids_BK = lax.top_k(probs_BV, K)
-    probs_BK = _renormalise(probs_BK)
+    _, ids_BK = lax.top_k(logits_BV.astype(jnp.float32), K)
+    probs_BV = tempered_probs(logits_BV, decoder.temperature)
+    probs_BK = _renormalise(jnp.take_along_axis(probs_BV, ids_BK, axis=-1))
     if decoder.top_p < 1:
         mass_before_BK = jnp.cumsum(probs_BK, axis=-1) - probs_BK
         probs_BK = _renormalise(jnp.where(mass_before_BK < decoder.top_p, probs_BK, 0.0))
@@ -150,8 +152,7 @@ def soft_weights(logits_BV, decoder: Decoder, keys_B):
     """(weights_BK, ids_BK): a concept token's weights (sum 1, descending, float32) and token
     ids, K = max_topk capped by top_k and V (0s: off); keys_B one key per row, used by
     "dirichlet" and "gumbel". Entries pruned by top-p / min-p inside the K have weight 0."""
-    return _soft_from_truncated(*truncate(tempered_probs(logits_BV, decoder.temperature), decoder),
-                                decoder, keys_B)  # fmt: skip
+    return _soft_from_truncated(*truncate(logits_BV, decoder), decoder, keys_B)
 
 
 def _soft_from_truncated(probs_BK, ids_BK, decoder: Decoder, keys_B):
@@ -197,8 +198,12 @@ def _logprob(logits_BV, tokens_B, temperature: float):
 
 def next_input_rule(decoder: Decoder, think_end_id: int | None, probe: bool = False):
     """The `core.nn.sampler.NextInputRule` of `decoder` (module docstring)."""
+    check(decoder)
     soft = decoder.kind in SOFT_KINDS
+    if soft and decoder.cold_stop_steps and think_end_id is None:
+        raise ConfigError("Decoder.cold_stop_steps needs a think_end_id to force")
     T = decoder.temperature
+    logprob_T = 0.0 if decoder.kind == "greedy" else T  # greedy: temperature-1 log-probs
 
     def init(batch_size, max_new_tokens):
         B, N = batch_size, max_new_tokens
@@ -210,14 +215,12 @@ def next_input_rule(decoder: Decoder, think_end_id: int | None, probe: bool = Fa
     def step(logits_BV, state: ThinkState, ctx: sampler.StepContext) -> sampler.NextInput:
         B, i = logits_BV.shape[0], ctx.index
         logits_BV = logits_BV.astype(jnp.float32)
-        probs_BV = tempered_probs(logits_BV, T)
-        probs_BK, ids_BK = truncate(probs_BV, decoder)
+        probs_BK, ids_BK = truncate(logits_BV, decoder)
         if decoder.kind == "greedy" or T == 0:
             sampled_B = jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
         else:
             keys_B = _row_keys(ctx.key, B, 0)
-            log_probs_BK = jnp.log(jnp.where(probs_BK > 0, probs_BK, 0.0))
-            rank_B = jax.vmap(jax.random.categorical)(keys_B, log_probs_BK)
+            rank_B = jax.vmap(jax.random.categorical)(keys_B, jnp.log(probs_BK))  # log 0: -inf
             sampled_B = jnp.take_along_axis(ids_BK, rank_B[:, None], axis=-1)[:, 0]
         thinking_B = state.thinking_B
         ends_B = forced_B = jnp.zeros((B,), bool)
@@ -228,13 +231,15 @@ def next_input_rule(decoder: Decoder, think_end_id: int | None, probe: bool = Fa
             )
             top1_B = soft_ids_BK[:, 0]
             if decoder.cold_stop_steps:
-                low_B = normalised_entropy(probs_BV) < decoder.cold_stop_entropy
+                entropy_B = normalised_entropy(tempered_probs(logits_BV, T))
+                low_B = entropy_B < decoder.cold_stop_entropy
                 cold_count_B = jnp.where(thinking_B & low_B, cold_count_B + 1, 0)
                 forced_B = thinking_B & (cold_count_B >= decoder.cold_stop_steps)
             hit_B = forced_B if think_end_id is None else forced_B | (top1_B == think_end_id)
             ends_B = thinking_B & hit_B
-            tokens_B = jnp.where(thinking_B, top1_B, sampled_B)
-            tokens_B = jnp.where(forced_B & ends_B, think_end_id, tokens_B).astype(jnp.int32)
+            tokens_B = jnp.where(thinking_B, top1_B, sampled_B).astype(jnp.int32)
+            if decoder.cold_stop_steps:
+                tokens_B = jnp.where(forced_B, jnp.int32(think_end_id), tokens_B)
         else:
             tokens_B = sampled_B.astype(jnp.int32)
             if think_end_id is not None:
@@ -259,7 +264,7 @@ def next_input_rule(decoder: Decoder, think_end_id: int | None, probe: bool = Fa
                     js_top1_BN=new.js_top1_BN.at[:, i].set(jnp.where(soft_B, js1_B, 0.0)),
                     js_top2_BN=new.js_top2_BN.at[:, i].set(jnp.where(soft_B, js2_B, 0.0)),
                 )
-        logprobs_B = _logprob(logits_BV, tokens_B, T)
+        logprobs_B = _logprob(logits_BV, tokens_B, logprob_T)
         return sampler.NextInput(tokens_B, logprobs_B, embeddings_BD, new)
 
     return sampler.NextInputRule(init=init, step=step)
@@ -307,14 +312,13 @@ def generate(
 ) -> Generation:
     """Decodes left-padded prompts with `decoder` (module docstring). think_end_id None: no
     delimiter (soft kinds think to the end unless Cold Stop forces one, which then needs an
-    id). probe: the JS probes of every soft step (three extra forward passes per step)."""
+    id). probe: the JS probes of every soft step (three extra forward passes per step). The
+    cache holds P + max_new_tokens slots (the policy's max_len must allow that)."""
     check(decoder)
     policy = as_policy(policy)
     soft = decoder.kind in SOFT_KINDS
     if soft and policy.embed is None:
         raise ConfigError(f"Decoder kind {decoder.kind!r} needs a policy with embed (soft tokens)")
-    if soft and decoder.cold_stop_steps and think_end_id is None:
-        raise ConfigError("Decoder.cold_stop_steps needs a think_end_id to force")
     if probe and not soft:
         raise ConfigError(
             f"probe=True needs a soft kind ({', '.join(SOFT_KINDS)}), got {decoder.kind!r}"
