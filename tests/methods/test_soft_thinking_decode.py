@@ -219,12 +219,11 @@ def test_dirichlet_has_mean_pi_the_alpha_spread_and_no_nan_for_tiny_alpha():
     np.testing.assert_allclose(dense_BV[:, :4].mean(0), pi, atol=0.015)
     np.testing.assert_allclose(dense_BV[:, :4].var(0), pi * (1 - pi) / (alpha + 1), rtol=0.15)
     assert (dense_BV[:, 4:] == 0).all()  # off the support: never
-    for tiny in (1e-6, 1e-30):
-        d = decoder._replace(alpha=tiny)
-        w_BK, _ = soft_weights(jnp.tile(logits_V, (64, 1)), d, row_keys(64))
-        assert np.isfinite(w_BK).all() and np.allclose(w_BK.sum(-1), 1, atol=1e-6)
-        out = rule_step(d, jnp.tile(logits_V, (64, 1)))
-        assert np.isfinite(out.embeddings_BD).all()
+    # alpha * p ~ 1e-7: plain Gamma draws underflow to 0 in every entry (0 / 0).
+    tiny = decoder._replace(alpha=1e-6)
+    w_BK, _ = soft_weights(jnp.tile(logits_V, (64, 1)), tiny, row_keys(64))
+    assert np.isfinite(w_BK).all() and np.allclose(w_BK.sum(-1), 1, atol=1e-6)
+    assert np.isfinite(rule_step(tiny, jnp.tile(logits_V, (64, 1))).embeddings_BD).all()
 
 
 def test_the_delimiter_is_decided_on_the_post_noise_top1():
