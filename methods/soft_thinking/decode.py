@@ -74,7 +74,7 @@ def check(decoder: Decoder) -> None:
         (
             not (isinstance(d.cold_stop_steps, int) and d.cold_stop_steps >= 0),
             "cold_stop_steps must be an int >= 0 (0 = off)",
-        ),  # fmt: skip
+        ),
         (not 0 < d.cold_stop_entropy <= 1, "cold_stop_entropy must be in (0, 1]"),
     ]
     for bad, message in problems:
@@ -209,8 +209,15 @@ def next_input_rule(decoder: Decoder, think_end_id: int | None, probe: bool = Fa
         B, N = batch_size, max_new_tokens
         js = jnp.zeros((B, N), jnp.float32) if probe else None
         zeros_B = jnp.zeros((B,), jnp.int32)
-        return ThinkState(jnp.ones((B,), bool), zeros_B - 1, zeros_B, jnp.zeros((B,), bool),
-                          jnp.zeros((B, N), bool), js, js)  # fmt: skip
+        return ThinkState(
+            jnp.ones((B,), bool),
+            zeros_B - 1,
+            zeros_B,
+            jnp.zeros((B,), bool),
+            jnp.zeros((B, N), bool),
+            js,
+            js,
+        )
 
     def step(logits_BV, state: ThinkState, ctx: sampler.StepContext) -> sampler.NextInput:
         B, i = logits_BV.shape[0], ctx.index
@@ -353,7 +360,12 @@ def generate(
 
 
 GENERATE_STATIC_ARGNAMES = (
-    "policy", "decoder", "think_end_id", "eos_id", "max_new_tokens", "probe"
-)  # fmt: skip
+    "policy",
+    "decoder",
+    "think_end_id",
+    "eos_id",
+    "max_new_tokens",
+    "probe",
+)
 # Compiles once per (policy, decoder, ids, lengths, shapes): rng, params, prompts, pad_id traced.
 generate_jit = jax.jit(generate, static_argnames=GENERATE_STATIC_ARGNAMES)
