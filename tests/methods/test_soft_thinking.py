@@ -154,7 +154,7 @@ def test_loss_is_masked_cross_entropy_and_smoke_trains(tmp_path):
     assert evals and 0.0 <= evals[-1]["eval/token_accuracy"] <= 1.0
 
 
-@pytest.mark.slow  # ~9 minutes on the shared 2-core machine under load (see the README)
+@pytest.mark.slow  # 106 s measured on the shared 2-core machine under load 8 (README)
 def test_quick_experiment_claims(tmp_path):
     from core import results
     from methods.soft_thinking import experiment
