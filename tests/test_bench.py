@@ -169,6 +169,20 @@ def check_csnn(d: dict) -> None:
         assert len(numbers) == 12 and all(positive(r[k]) for k in numbers), r
 
 
+def check_soft_thinking(d: dict) -> None:
+    kinds = {"sample", "soft", "dirichlet", "gumbel", "core_sampler", "soft_python_loop"}
+    assert set(d["seconds"]) == set(d["tokens_per_s"]) == kinds
+    assert all(positive(v) for v in d["seconds"].values())
+    setup = d["setup"]
+    assert (setup["rows"], setup["prompt_len"], setup["new_tokens"]) == (4, 4, 4)
+    # No eos, no delimiter: every row generates all N tokens; tokens/s is B N over seconds.
+    assert d["tokens"] == d["soft_generated_tokens"] == 4 * 4
+    for name, s in d["seconds"].items():
+        assert d["tokens_per_s"][name] == pytest.approx(d["tokens"] / s)
+    # The Python loop draws with generate's keys: the same tokens.
+    assert d["python_loop_same_tokens"] is True
+
+
 CHECKS = {
     "lm": check_lm,
     "selective_rope": check_selective_rope,
@@ -177,6 +191,7 @@ CHECKS = {
     "deql": check_deql,
     "rlcr": check_rlcr,
     "csnn": check_csnn,
+    "soft_thinking": check_soft_thinking,
     "kernels/selective_rotary": check_selective_rotary,
     "kernels/binned_encoding": check_binned_encoding,
     "kernels/poly_probe": check_poly_probe,

@@ -384,3 +384,11 @@ def flops_per_token(cfg: TransformerConfig, seq_len: int) -> float:
     D, F, L = cfg.d_model, cfg.d_ff, cfg.num_layers
     n_matmul = L * (4 * D * D + 3 * D * F) + D * cfg.vocab_size
     return float(6 * n_matmul + 12 * L * seq_len * D)
+
+
+def head(cfg: TransformerConfig, params: dict, x_BTD: jax.Array) -> jax.Array:
+    """The output head on a residual stream: the final norm, then the output projection
+    (float32 logits [B, T, V]). On a block's output (the "blocks/<i>" capture) this is the
+    logit lens; on the last block's output it gives `apply`'s logits."""
+    model = nnx.merge(_graphdef(cfg), params)
+    return model.lm_head(model.final_norm(x_BTD)).astype(jnp.float32)
