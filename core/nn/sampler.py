@@ -148,11 +148,11 @@ def sample(
 ) -> SampleOutput:
     """Generates up to `max_new_tokens` tokens per row after a left-padded prompt.
 
-        temperature == 0 is greedy. Static under jit: policy, max_new_tokens, temperature, top_k,
-        top_p, eos_id, next_input (see `sample_jit`). The cache holds P + max_new_tokens - 1 slots
+    temperature == 0 is greedy. Static under jit: policy, max_new_tokens, temperature, top_k,
+    top_p, eos_id, next_input (see `sample_jit`). The cache holds P + max_new_tokens - 1 slots
     (P + max_new_tokens with a rule: its `peek` at the last token feeds one input more).
-        next_input: a `NextInputRule` that chooses each token (and what is fed next) in place of
-        temperature / top_k / top_p, which are then unused.
+    next_input: a `NextInputRule` that chooses each token (and what is fed next) in place of
+    temperature / top_k / top_p, which are then unused.
     """
     policy = as_policy(policy)
     if max_new_tokens < 1:
