@@ -264,6 +264,9 @@ def test_config_errors_are_one_line():
 # ------------------------------------------------------------------ the quick experiment
 
 
+# 82 s from an empty compile cache on 2 idle cores, over the ~45 s a method's default tests may
+# take: run it with -m slow (or `python -m launch.reproduce --methods=flow_mtp --quick`).
+@pytest.mark.slow
 def test_quick_experiment_correct_prefix_with_u_far_above_without(tmp_path):
     report = experiment.run(str(tmp_path), quick=True)
     by_metric = {c.metric: c for c in report.claims}
