@@ -7,7 +7,8 @@ so that `import core.nn.positions` does not pay for flax):
                encode_positions (a kind or a method's function), attend (impl xla /
                dot_product / auto), MultiHeadAttention, write_cache
   transformer  the LM: TransformerConfig, init_params, apply (tokens or embeddings), forward
-               (captured intermediates), embed, features, init_cache, policy, SHARDING_RULES
+               (captured intermediates), embed, features, head, next_token_loss, init_cache, policy,
+               SHARDING_RULES
   policy       Policy: a model as pure functions (apply, init_cache, embed) for sampler / GRPO
   sampler      KV-cached sampling of any Policy: filter_logits, sample, sample_jit, SampleOutput;
                a next-input rule hook (NextInputRule, StepContext, NextInput, token_rule)

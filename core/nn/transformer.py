@@ -325,6 +325,24 @@ def apply(
     return out.logits_BTV, out.cache
 
 
+def next_token_loss(cfg, params, batch, *, rng=None, extra=None):
+    """Masked cross-entropy of `targets` given `inputs`, averaged over masked positions, with
+    the token accuracy there: the loss of a Method training this LM on batches of `inputs`,
+    `targets`, `mask` [B, T] (`functools.partial(next_token_loss, cfg)`)."""
+    del rng, extra
+    logits_BTV, _ = apply(cfg, params, batch["inputs"])
+    mask_BT = batch["mask"].astype(jnp.float32)
+    log_probs_BTV = jax.nn.log_softmax(logits_BTV)
+    nll_BT = -jnp.take_along_axis(log_probs_BTV, batch["targets"][..., None], axis=-1)[..., 0]
+    denom = jnp.maximum(mask_BT.sum(), 1.0)
+    correct_BT = (jnp.argmax(logits_BTV, -1) == batch["targets"]).astype(jnp.float32)
+    metrics = {
+        "accuracy": (correct_BT * mask_BT).sum() / denom,
+        "num_tokens": jnp.asarray(batch["inputs"].size, jnp.float32),
+    }
+    return (nll_BT * mask_BT).sum() / denom, metrics
+
+
 def features(cfg, params, tokens_BT, *, positions_BT=None, key_mask_BT=None) -> jax.Array:
     """The final normalised hidden state [B, T, D] (what the output projection reads), e.g.
     for a probe on a frozen model. Same arguments as `apply`, without a cache."""

@@ -9,7 +9,6 @@
 
 import functools
 
-import jax
 import jax.numpy as jnp
 
 from core import data, tasks
@@ -45,20 +44,8 @@ def make_task(config):
         raise ConfigError(f"task: {e}") from None
 
 
-def loss_fn(cfg, params, batch, *, rng=None, extra=None):
-    """Masked cross-entropy of `targets` given `inputs`, averaged over masked positions."""
-    del rng, extra
-    logits_BTV, _ = transformer.apply(cfg, params, batch["inputs"])
-    mask_BT = batch["mask"].astype(jnp.float32)
-    log_probs_BTV = jax.nn.log_softmax(logits_BTV)
-    nll_BT = -jnp.take_along_axis(log_probs_BTV, batch["targets"][..., None], axis=-1)[..., 0]
-    denom = jnp.maximum(mask_BT.sum(), 1.0)
-    correct_BT = (jnp.argmax(logits_BTV, -1) == batch["targets"]).astype(jnp.float32)
-    metrics = {
-        "accuracy": (correct_BT * mask_BT).sum() / denom,
-        "num_tokens": jnp.asarray(batch["inputs"].size, jnp.float32),
-    }
-    return (nll_BT * mask_BT).sum() / denom, metrics
+# The LM's masked next-token cross-entropy (`core.nn.transformer.next_token_loss`).
+loss_fn = transformer.next_token_loss
 
 
 def eval_step(cfg, state, batch, *, rng) -> dict:
