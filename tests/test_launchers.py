@@ -221,7 +221,7 @@ BAD_CONFIGS = [
         ["--config.train.steps=abc", "config.train.steps is int"],
     ),
     ("launch.train", ["--config=configs/nope.py"], ["no file 'configs/nope.py'", "lm.py"]),
-    ("launch.bench", ["--methods=nope"], ["no benchmark for nope", "deql, lm"]),
+    ("launch.bench", ["--methods=nope"], ["no benchmark for nope", "available: ", " lm,"]),
     ("launch.bench", ["--method=lm"], ["Unknown command line flag 'method'"]),
     ("launch.reproduce", ["--methods=no_such"], ["no experiment for ['no_such']", "lm"]),
     ("launch.reproduce", ["--methds=lm"], ["Unknown command line flag 'methds'"]),

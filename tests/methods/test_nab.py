@@ -145,6 +145,10 @@ def test_classical_baselines_reconstruct_the_measured_object():
     assert fbp > empty + 5 and sart > fbp
 
 
+# 56 s from an empty compile cache on 2 idle cores (the default suite's slowest test with the
+# fault tests), over the ~45 s a method's default tests may take: run it with -m slow (or
+# `python -m launch.reproduce --methods=nab --quick`).
+@pytest.mark.slow
 def test_quick_experiment_claims_hold(tmp_path):
     """64 x 64 industrial object, 16 noisy views, 300 steps: NAB beats RFF (sigma 1) in PSNR
     and SSIM, and both fits explain over 99% of the sinogram's power."""
