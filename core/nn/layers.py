@@ -38,6 +38,33 @@ def norm_factory(cfg):
     )
 
 
+def flat_dot_general(lhs, rhs, dimension_numbers, **kwargs):
+    """`lax.dot_general` for a dense layer, with the input's leading dims merged into one.
+
+    `nnx.Linear(..., dot_general=flat_dot_general)` computes x[B, T, D] @ W[D, F] as
+    x[B*T, D] @ W, then reshapes back: the same product. What changes is the gradient: for W
+    it contracts one dim (B*T) instead of two (B, T), which XLA:CPU runs as a plain matmul
+    where the 3-D form gets layout transposes around it (a SwiGLU MLP's gradient was 2.5x
+    slower in the 3-D form at the LM's quick size, side by side in `methods/lm/bench.py`).
+    A reshape that merges row-major leading dims is free on every backend. Any other
+    contraction (batched, or not over the last dim) goes to `lax.dot_general` unchanged.
+    """
+    (contract_lhs, contract_rhs), (batch_lhs, batch_rhs) = dimension_numbers
+    dense = (
+        not batch_lhs
+        and not batch_rhs
+        and tuple(contract_lhs) == (lhs.ndim - 1,)
+        and tuple(contract_rhs) == (0,)
+        and rhs.ndim == 2
+        and kwargs.get("out_sharding") is None  # a 3-D output sharding has no 2-D form here
+    )
+    if not dense or lhs.ndim == 2:
+        return lax.dot_general(lhs, rhs, dimension_numbers, **kwargs)
+    lead = lhs.shape[:-1]
+    out = lax.dot_general(lhs.reshape(-1, lhs.shape[-1]), rhs, (((1,), (0,)), ((), ())), **kwargs)
+    return out.reshape(*lead, out.shape[-1])
+
+
 def dense_factory(cfg, rngs: nnx.Rngs):
     """Bias-free linear layers in `cfg.dtype` compute and `cfg.param_dtype` parameters."""
     return functools.partial(
@@ -45,6 +72,7 @@ def dense_factory(cfg, rngs: nnx.Rngs):
         use_bias=False,
         dtype=jnp.dtype(cfg.dtype),
         param_dtype=jnp.dtype(cfg.param_dtype),
+        dot_general=flat_dot_general,
         rngs=rngs,
     )
 

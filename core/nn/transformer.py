@@ -154,6 +154,7 @@ class Transformer(nnx.Module):
             dtype=dtype,
             param_dtype=param_dtype,
             preferred_element_type=jnp.float32,
+            dot_general=layers.flat_dot_general,
             rngs=rngs,
         )
         self.cfg = cfg

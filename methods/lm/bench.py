@@ -12,6 +12,11 @@ One process measures, on the same devices:
    `core.train.run` drives the device), on batches made beforehand so host-side data generation
    is not timed.
 
+3. the gradient of one SwiGLU MLP at the step's sizes with its dense layers computed two ways:
+   x[B, T, D] @ W as a 3-D `lax.dot_general` (Flax's default) and with B, T merged first
+   (`core.nn.layers.flat_dot_general`, what the transformer's layers use). The weight
+   gradient of the 3-D form contracts two dims, which XLA:CPU wraps in layout transposes.
+
 Achieved FLOP/s counts model FLOPs with the standard 6N + 12 L T d estimate
 (`transformer.flops_per_token`), so achieved / peak is a utilisation against a *measured*
 matmul peak in the step's own compute dtype, not a datasheet number. XLA's own FLOP count of
@@ -22,11 +27,14 @@ the backend provides one. Another config or more devices: `measure(config=..., d
 import time
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
 
 from configs import lm as lm_config
 from core import train
-from core.benchmark import Ratio, Result, matmul_peak
-from core.nn import transformer
+from core.benchmark import Ratio, Result, matmul_peak, median_seconds
+from core.nn import layers, transformer
 from core.precision import compute_dtype
 from methods import lm
 
@@ -86,6 +94,33 @@ def _train_step_speed(config, devices, steps: int) -> dict:
     }
 
 
+def _dense_gradient_forms(B: int, T: int, D: int, F: int, repeats: int) -> dict:
+    """Seconds for the gradient of a SwiGLU MLP on x[B, T, D], 3-D dot vs flattened dot."""
+    rng = np.random.default_rng(0)
+    x_BTD = jnp.asarray(rng.standard_normal((B, T, D)), jnp.float32)
+    shapes = {"gate": (D, F), "up": (D, F), "down": (F, D)}
+    params = {
+        k: jnp.asarray(rng.standard_normal(s) / np.sqrt(s[0]), jnp.float32)
+        for k, s in shapes.items()
+    }
+
+    def mlp_loss(dot):
+        def dense(x, w):
+            return dot(x, w, (((x.ndim - 1,), (0,)), ((), ())))
+
+        def loss(p, x):
+            h = jax.nn.silu(dense(x, p["gate"])) * dense(x, p["up"])
+            return jnp.sum(dense(h, p["down"]) ** 2)
+
+        return jax.jit(jax.grad(loss))
+
+    out = {}
+    for name, dot in (("3-D dot", lax.dot_general), ("flattened dot", layers.flat_dot_general)):
+        grad = mlp_loss(dot)
+        out[name] = median_seconds(lambda g=grad: jax.block_until_ready(g(params, x_BTD)), repeats)
+    return out
+
+
 def measure(*, smoke: bool = False, config=None, devices: int = 1) -> Result:
     """The train step's FLOP/s against the matmul peak of the first `devices` devices.
     `config`: an LM config (default `configs/lm.py:size=small`; smoke: a 2-layer copy task)."""
@@ -131,7 +166,20 @@ def measure(*, smoke: bool = False, config=None, devices: int = 1) -> Result:
                 "FLOP/s",
             )
         )
+    B, T = config.train.batch_size, step["tokens_per_step"] // config.train.batch_size
+    forms = _dense_gradient_forms(B, T, m.d_model, m.d_ff, repeats)
+    ratios.append(
+        Ratio(
+            f"SwiGLU MLP gradient, x {B} x {T} x {m.d_model}, d_ff {m.d_ff}: seconds",
+            "3-D dot",
+            forms["3-D dot"],
+            "flattened dot",
+            forms["flattened dot"],
+            "s",
+        )
+    )
     details = {
+        "dense_gradient_seconds": forms,
         "config": {
             "task": dict(config.task),
             "model": {k: m[k] for k in ("num_layers", "d_model", "num_heads", "d_ff")},

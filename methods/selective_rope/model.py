@@ -57,7 +57,7 @@ from core.kernels import selective_rotary
 from core.kernels.common import kernel_mesh
 from core.mesh import data_axes
 from core.nn import attention, layers
-from core.nn.layers import RMSNorm, dense_factory
+from core.nn.layers import RMSNorm, dense_factory, flat_dot_general
 
 MODELS = ("gla", "transformer")
 POSITIONS = ("selective", "rope", "none")
@@ -272,7 +272,14 @@ class SelectiveRotary(nnx.Module):
         if cfg.use_bias:  # exp(0) = 1: a RoPE-like constant angular velocity at init
             self.bias = nnx.Param(jnp.zeros((H, R), param_dtype))
         if cfg.use_gate:
-            self.gate = nnx.Linear(D, H, use_bias=True, param_dtype=param_dtype, rngs=rngs)
+            self.gate = nnx.Linear(
+                D,
+                H,
+                use_bias=True,
+                param_dtype=param_dtype,
+                dot_general=flat_dot_general,
+                rngs=rngs,
+            )
         self.cfg = cfg
 
     def phi(self, x_BTD, mask_BT, window_BWC=None):
@@ -359,7 +366,12 @@ class Mixer(nnx.Module):
         if cfg.model == "gla":
             self.gk_down = dense(D, cfg.gate_rank)
             self.gk_up = nnx.Linear(
-                cfg.gate_rank, H * K, use_bias=True, param_dtype=param_dtype, rngs=rngs
+                cfg.gate_rank,
+                H * K,
+                use_bias=True,
+                param_dtype=param_dtype,
+                dot_general=flat_dot_general,
+                rngs=rngs,
             )
             if cfg.output_gate:
                 self.g = dense(D, D)
@@ -486,6 +498,7 @@ class Model(nnx.Module):
             dtype=dtype,
             param_dtype=param_dtype,
             preferred_element_type=jnp.float32,
+            dot_general=flat_dot_general,
             rngs=rngs,
         )
 

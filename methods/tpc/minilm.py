@@ -40,6 +40,7 @@ import numpy as np
 from flax import nnx
 
 from core.errors import ConfigError
+from core.nn.layers import flat_dot_general
 from methods.tpc import minilm_files
 from methods.tpc.minilm_files import MINILM_L6, PACKAGE, PACKAGE_VERSION, MiniLMConfig
 
@@ -119,7 +120,9 @@ class Embeddings(nnx.Module):
 class Layer(nnx.Module):
     def __init__(self, cfg: MiniLMConfig, rngs: nnx.Rngs):
         D, F = cfg.hidden, cfg.intermediate
-        dense = functools.partial(nnx.Linear, precision=HIGHEST, rngs=rngs)
+        dense = functools.partial(
+            nnx.Linear, precision=HIGHEST, dot_general=flat_dot_general, rngs=rngs
+        )
         self.q, self.k, self.v, self.o = dense(D, D), dense(D, D), dense(D, D), dense(D, D)
         self.attn_norm = _layer_norm(cfg, rngs)
         self.up, self.down = dense(D, F), dense(F, D)
