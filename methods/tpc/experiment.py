@@ -79,8 +79,9 @@ QUICK = Setting(
     lrs=(1e-3,),
     weight_decays=(0.01,),
     dropouts=(0.0,),
-    # 9 runs -> 3, the same claim values: the quick job took 57 CPU-seconds, now 20 (2 shared
-    # cores at a load average of ~20; 61 s of wall time on idle cores before). On seeds 0 / 1 /
+    # 9 runs -> 3, the same claim values: run back to back on 2 shared cores (load average
+    # ~33) the quick job took 35 CPU-seconds and 95 s, now 20 and 66 s (61 s of wall time on
+    # idle cores before: mostly each run's tracing, not its steps). On seeds 0 / 1 /
     # 2 the cascade pays .10 / .22 / 1.0 of order N: seed 2's validation keeps every row to
     # order N (tau = 1), so the under-half claim holds on seed 0 (the quick job's) alone.
     all_arms=False,

@@ -251,7 +251,7 @@ def test_config_errors_are_one_line_naming_the_field():
 
 
 # In the default suite again: the quick run trains only the arms its claims read (3 runs, not
-# 9), 20 CPU-seconds where it took 57 (both measured on 2 shared cores, load average ~20).
+# 9): 20 CPU-seconds where it took 35 (back to back on 2 shared cores, load average ~33).
 def test_quick_experiment(tmp_path):
     """Digits, one seed, 20 epochs per order, fixed hyperparameters. Measured: test F1
     linear .905; progressive .905/.963/.973/.969/.971, joint .905/.940/.924/.949/.991; the
