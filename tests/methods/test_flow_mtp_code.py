@@ -223,3 +223,34 @@ def test_ptp_and_medusa_drafts_verify_against_the_code_teacher():
     out = run(prompt, jnp.ones((4, 6), bool), jax.random.PRNGKey(1))
     assert out.tokens_BN.shape == (4, 10)
     assert int(out.calls) <= int(out.accepted) <= int(out.calls) * (L + 1)
+
+
+# ------------------------------------------------------------------ quick experiment, bench
+
+
+@pytest.mark.slow  # a teacher and six drafters: ~1 min idle, several under shared load
+def test_quick_code_experiment(tmp_path):
+    import json
+
+    from methods.flow_mtp import code_experiment
+
+    report = code_experiment.run(str(tmp_path), quick=True)
+    record = json.loads(json.dumps(report.results))  # what results.save writes and load reads
+    rows = record["rows"]
+    assert {(r["part"], r["variant"], r["seed"]) for r in rows} == {
+        ("code", v, s) for v in code_experiment.VARIANTS for s in code_experiment.SEEDS
+    }
+    L = record["config"]["settings"]["completion_len"]
+    assert all(1 <= r["accepted_per_call"] <= L + 1 and 0 <= r["correct"] <= L for r in rows)
+    again = code_experiment.claims_code(record)
+    assert [c.interval.mean for c in again] == [c.interval.mean for c in report.claims]
+    assert report.claims[1].holds  # PTP's correct prefix (an untrained student's is ~0)
+
+
+@pytest.mark.slow  # trains the quick teacher and a 2-step student
+def test_code_bench_smoke(tmp_path):
+    from methods.flow_mtp import bench
+
+    result = bench.measure_code(smoke=True, workdir=str(tmp_path))
+    assert result.details["accepted_per_call"] >= 1.0
+    assert all(r.a > 0 and r.b > 0 for r in result.ratios)
