@@ -159,3 +159,105 @@ def measure(*, smoke: bool = False) -> Result:
         "machine": machine(),
     }
     return Result(ratios, details)
+
+
+def measure_code(*, smoke: bool = False, workdir: str = "/tmp/flow_mtp_code") -> Result:
+    """The code teacher (part `code`): tokens/s of PTP decoding with lossless verification vs
+    the teacher's own KV-cached autoregressive sampling at the same u-free cost model, side by
+    side in one run, and the accepted tokens per teacher call behind it.
+
+    The teacher is the experiment's (`code_experiment.FULL`, read from `workdir`'s cache when
+    `python -m methods.flow_mtp.code_experiment` trained it there, else trained now); the PTP
+    student is fine-tuned from it here for `student_steps` at the experiment's chosen rate.
+    Both decoders sample at T = 0.7 / top-k 50 / top-p 0.95; PTP rounds see the last C bytes,
+    AR decoding its whole (growing) prefix through the cache."""
+    from core import results as results_lib
+    from methods.flow_mtp import code_experiment as ce
+    from methods.flow_mtp import code_teacher
+
+    s = ce.QUICK if smoke else ce.FULL
+    student_steps, lr = (2, 3e-3) if smoke else (250, 3e-3)
+    code = ce.code_hash()
+    start = time.perf_counter()
+    teacher, info = code_teacher.train_teacher(s.teacher, workdir, code=code)
+    pool = ce.teacher_pool(teacher, s, "train", s.pool, 0)
+    config = ce.drafter_config(s, "ptp", 0, lr, student_steps, "test")
+    with tempfile.TemporaryDirectory() as run_dir:
+        method = ce.ptp_method(teacher, s, pool)
+        params = train.run(config, method, run_dir, devices=jax.devices()[:1]).state.params
+    setup_s = time.perf_counter() - start
+
+    rows, num_tokens, repeats = s.decode_rows, s.decode_tokens, (2 if smoke else 5)
+    prompts = ce.corpus.python_stdlib().windows("test", length=s.context_len, count=rows, seed=9)
+    mask = jnp.ones(prompts.shape, bool)
+    _, generate = ce._eval_fns("ptp", teacher.cfg, s, False)
+    u_BN = jax.random.uniform(jax.random.PRNGKey(2), (rows, num_tokens))
+    ar = jax.jit(
+        lambda p, c, u: code_teacher.ar_sample(
+            code_teacher.CodeTeacher(teacher.cfg, p), ce.TRANSFORM, c, u
+        )
+    )
+    key = jax.random.PRNGKey(1)
+    times = {
+        "ptp_decode_s": median_seconds(
+            lambda: jax.block_until_ready(generate(params, teacher.params, prompts, mask, key)),
+            repeats,
+        ),
+        "ar_decode_s": median_seconds(
+            lambda: jax.block_until_ready(ar(teacher.params, prompts, u_BN)), repeats
+        ),
+    }
+    out = jax.device_get(generate(params, teacher.params, prompts, mask, key))
+    per_call = float(out.accepted) / float(out.calls)
+    produced = rows * num_tokens
+    ptp_tps, ar_tps = produced / times["ptp_decode_s"], produced / times["ar_decode_s"]
+    size = (
+        f"code teacher {teacher.cfg.num_layers}-layer d={teacher.cfg.d_model} "
+        f"({info['num_params']} params), {rows} rows, context {s.context_len}"
+    )
+    ratios = [
+        Ratio(
+            f"decoding {num_tokens} bytes per row ({size}): PTP with verification vs AR",
+            f"PTP (L = {s.completion_len}, {per_call:.2f} accepted per teacher call)",
+            ptp_tps,
+            "the teacher's KV-cached AR sampling",
+            ar_tps,
+            "tokens/s",
+        ),
+        Ratio(
+            f"PTP decoding ({size}, student fine-tuned {student_steps} steps)",
+            "tokens accepted",
+            float(out.accepted),
+            "teacher calls (row x round)",
+            float(out.calls),
+            "tokens",
+        ),
+    ]
+    details = {
+        "config": {"settings": str(s), "student_steps": student_steps, "lr": lr},
+        "teacher_test_bits_per_byte": info["test_bits_per_byte"],
+        "setup_seconds": setup_s,
+        "seconds": times,
+        "ptp_tokens_per_s": ptp_tps,
+        "ar_tokens_per_s": ar_tps,
+        "accepted": int(out.accepted),
+        "calls": int(out.calls),
+        "rounds": int(out.rounds),
+        "accepted_per_call": per_call,
+        "code_source_hash": code,
+        "code_version": results_lib.code_version("flow_mtp")["git_commit"],
+        "machine": machine(),
+    }
+    return Result(ratios, details)
+
+
+if __name__ == "__main__":  # python -m methods.flow_mtp.bench [--smoke]: the code bench alone
+    import json
+    import sys
+
+    from core.benchmark import json_ready, load_avg_1m, markdown
+
+    start_machine = machine()
+    result = measure_code(smoke="--smoke" in sys.argv)
+    print(markdown({"flow_mtp/code": result}, start_machine, load_avg_1m()))
+    print(json.dumps(result.details, default=json_ready, indent=1))

@@ -217,3 +217,18 @@ def run(workdir: str, *, quick: bool = False) -> Report:
         command="python -m launch.reproduce --methods=flow_mtp" + (" --quick" if quick else ""),
         results=record,
     )
+
+
+# Part `code` (issue 21: the code teacher vs a Medusa drafter) lives in code_experiment.py; its
+# record is results/full_code.json (rows tagged "part": "code") and its claims are a function of
+# that record, so --from_results can re-derive them once the parts are merged.
+def run_code(workdir: str, *, quick: bool = False) -> Report:
+    from methods.flow_mtp import code_experiment
+
+    return code_experiment.run(workdir, quick=quick)
+
+
+def claims_code(record: dict) -> list[IntervalClaim]:
+    from methods.flow_mtp import code_experiment
+
+    return code_experiment.claims_code(record)
