@@ -28,7 +28,7 @@ import jax
 from configs import flow_mtp as flow_mtp_config
 from core import cache, results, selection, train
 from core.claims import IntervalClaim, Report
-from methods.flow_mtp import make
+from methods.flow_mtp import experiment_cptp, make
 
 SEEDS = (0, 1, 2)
 VARIANTS = {"ptp": True, "no_u": False}  # variant -> use_u
@@ -135,6 +135,9 @@ def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:
             out = cached_run(config, workdir, code, f"{variant} seed {seed}")
             rows.append({"variant": variant, "seed": seed, **out["final"]})
             curves[f"{variant}/{seed}"] = [(e["step"], e["correct"]) for e in out["evals"]]
+    # The C-PTP part (experiment_cptp): its rows are tagged part="cptp", its config "cptp".
+    cptp_part = experiment_cptp.measure(workdir, quick=quick, seeds=seeds)
+    rows += cptp_part["rows"]
     return results.record(
         "flow_mtp",
         "quick" if quick else "full",
@@ -148,10 +151,12 @@ def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:
                 v: run_config(s, v, 0, lr=chosen[v]["lr"], steps=s.steps, split="test").to_dict()
                 for v in VARIANTS
             },
+            **cptp_part["config"],
         },
         rows=rows,
         code=results.code_version("flow_mtp"),
         correct_curves=curves,
+        cptp_curves=cptp_part["cptp_curves"],
     )
 
 
@@ -160,7 +165,7 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
     L = s["completion_len"]
     ptp = results.by_seed(record["rows"], "correct", variant="ptp")
     no_u = results.by_seed(record["rows"], "correct", variant="no_u")
-    return [
+    toy = [
         IntervalClaim.beats(
             f"u lets the student emit more correct tokens per call than independent prediction "
             f"(by > {s['margin_fraction']:g} L, L = {L})",
@@ -179,6 +184,7 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
             "without u the correct prefix stays near 1 (below 1.5)", "no_u/correct", no_u, 1.5
         ),
     ]
+    return toy + experiment_cptp.claims_cptp(record)  # the C-PTP part's, if it ran
 
 
 def plot_curves(curves: dict, path: str, completion_len: int) -> None:
