@@ -158,3 +158,12 @@ def test_claims_follow_the_record_and_can_fail():
     assert all(c.holds for c in good)
     worse = experiment_cptp.claims_cptp(record([0.80, 0.76, 0.79], [0.70, 0.70, 0.70], [9, 10, 7]))
     assert not any(c.holds for c in worse)
+
+
+# ~4.5 minutes on the shared 2 cores (6 short runs, compiles included): over the default budget.
+@pytest.mark.slow
+def test_quick_experiment_claims_hold_and_rederive(tmp_path):
+    report = experiment_cptp.run(str(tmp_path), quick=True)
+    assert all(c.holds for c in report.claims), report.markdown()
+    again = experiment_cptp.claims_cptp(report.results)
+    assert [c.to_dict() for c in again] == [c.to_dict() for c in report.claims]
