@@ -96,14 +96,14 @@ def test_bins_are_detached_the_slot_loss_gradient_is_the_one_at_fixed_u():
     }
     rng = jax.random.PRNGKey(4)
     loss = functools.partial(cptp.loss_fn, cfg, bins.PLAIN, variant="cptp", ar_weight=0.0)
-    grad = jax.grad(lambda p: loss(p, batch, rng=rng)[0])(params)
+    grad = jax.jit(jax.grad(lambda p: loss(p, batch, rng=rng)[0]))(params)
     u, _ = cptp.own_bins_u(cfg, bins.PLAIN, params, batch, rng, train=True, beta=0.3)
 
     def fixed_u_loss(p):
         slot = cptp.hidden_u_logits(cfg, p, batch["context"], batch["context_mask"], u)
         return cptp.token_nll(slot, batch["completion"]).mean()
 
-    expect = jax.grad(fixed_u_loss)(params)
+    expect = jax.jit(jax.grad(fixed_u_loss))(params)
     for g, e in zip(jax.tree.leaves(grad), jax.tree.leaves(expect), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-5, atol=1e-7)  # f32
 
