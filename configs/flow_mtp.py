@@ -65,6 +65,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
             use_u=use_u,
             num_anchors=3,  # LinearInterpolationEmbedding's anchors (u = 0, 1/2, 1)
             beta=0.3,  # training u = left + width * Beta(beta, beta)
+            # Slots one position earlier, as the official code (`model.py`); off: slot k at s + k.
+            shift_positions=False,
         )
     )
     c.model = ConfigDict({k: size[k] for k in ("num_layers", "d_model", "num_heads", "d_ff")})

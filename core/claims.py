@@ -158,8 +158,10 @@ class Report:
     notes: str = ""
     figures: list[str] = dataclasses.field(default_factory=list)  # paths of PNGs it wrote
     # The per-seed raw numbers and config the claims were derived from (`core.results`): what
-    # `launch.reproduce` saves and `--from_results` reads back. None for older experiments.
-    results: dict | None = None
+    # `launch.reproduce` saves and `--from_results` reads back. None for older experiments; a
+    # list when the experiment has several parts, each its own record and run name
+    # ("full", "full_code", ...: the experiment's RESULT_RUNS).
+    results: dict | list[dict] | None = None
 
     @property
     def all_hold(self) -> bool:

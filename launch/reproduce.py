@@ -18,7 +18,10 @@ code version; `core.results`): a full run saves it as `methods/<slug>/results/fu
 it: README numbers come from it), a quick run as `<out>/results/<slug>/quick.json`.
 `--from_results` trains nothing: it reads those files (`--quick`: the quick ones under `--out`)
 and calls the experiment's `claims_from_results(record)`; a method without that function, or
-without a results file, gets a one-line message and is left out.
+without a results file, gets a one-line message and is left out. An experiment in several parts
+(each with its own record: methods/flow_mtp) names its full runs' records in
+`RESULT_RUNS = ("full", "full_<part>", ...)`; `claims_from_results` gets each record in turn and
+reads its part from `record["run"]`. Quick runs are one record ("quick").
 """
 
 import importlib
@@ -121,8 +124,9 @@ def run_one(name: str, out: str, quick: bool):
     report.wall_seconds = time.perf_counter() - start
     report.figures = [shutil.copy(f, out) for f in report.figures]  # beside the reports
     if report.results is not None:
-        saved = results.save(report.results, results_root(out, quick))
-        report.notes = "\n\n".join(filter(None, [report.notes, f"Results: `{saved}`."]))
+        records = report.results if isinstance(report.results, list) else [report.results]
+        saved = ", ".join(f"`{results.save(r, results_root(out, quick))}`" for r in records)
+        report.notes = "\n\n".join(filter(None, [report.notes, f"Results: {saved}."]))
     return report
 
 
@@ -138,23 +142,29 @@ def derive_one(name: str, out: str, quick: bool):
         print(f"{name}: no claims_from_results(results) in methods/{name}/experiment.py yet; "
               f"rerun it instead: python -m launch.reproduce --methods={name}")  # fmt: skip
         return None
-    run = "quick" if quick else "full"
-    try:
-        record = results.load(name, run, results_root(out, quick))
-    except ConfigError as e:
-        print(e)
-        return None
-    code = record.get("code", {})
-    dirty = " (uncommitted changes)" if code.get("git_dirty") else ""
+    runs = ("quick",) if quick else tuple(getattr(experiment, "RESULT_RUNS", ("full",)))
+    claims, sources = [], []
+    for run in runs:
+        try:
+            record = results.load(name, run, results_root(out, quick))
+        except ConfigError as e:
+            print(e)
+            return None
+        claims += experiment.claims_from_results(record)
+        code = record.get("code", {})
+        dirty = " (uncommitted changes)" if code.get("git_dirty") else ""
+        sources.append(
+            f"`{results.path(name, run, results_root(out, quick))}` "
+            f"({record.get('created')}, commit {code.get('git_commit')}{dirty}, "
+            f"source hash {str(code.get('source_hash'))[:12]})"
+        )
     return Report(
         method=name,
-        claims=experiment.claims_from_results(record),
+        claims=claims,
         metrics={},
         command=f"python -m launch.reproduce --methods={name} --from_results"
         + (" --quick" if quick else ""),
-        notes=f"Re-derived from `{results.path(name, run, results_root(out, quick))}` "
-        f"({record.get('created')}, commit {code.get('git_commit')}{dirty}, "
-        f"source hash {str(code.get('source_hash'))[:12]}).",
+        notes=f"Re-derived from {'; '.join(sources)}.",
     )
 
 

@@ -289,3 +289,22 @@ def test_one_summary_table_for_every_method():
     assert text.endswith("2/3 claims hold over 2 methods; 15 s")
     markdown = reproduce.summary_markdown(reports)
     assert "| lm | parity fails | 0.5067 [0.5, 0.52] | 3 | high < 0.6 | yes |" in markdown
+
+
+def test_from_results_reads_every_part_of_a_multi_part_experiment(tmp_path, capsys):
+    """flow_mtp's full run is three records (RESULT_RUNS); re-deriving reads each committed
+    file and gives every part's claims, in order, the same as each part's own function."""
+    from core import results
+    from launch import reproduce
+    from methods.flow_mtp import code_experiment, experiment, experiment_cptp
+
+    (report,) = reproduce.reproduce(["flow_mtp"], str(tmp_path), False, from_results=True)
+    records = {run: results.load("flow_mtp", run) for run in experiment.RESULT_RUNS}
+    expected = (
+        experiment.toy_claims(records["full"])
+        + code_experiment.claims_code(records["full_code"])
+        + experiment_cptp.claims_cptp(records["full_cptp"])
+    )
+    assert [c.to_dict() for c in report.claims] == [c.to_dict() for c in expected]
+    assert len({c.metric for c in report.claims}) == len(report.claims)  # no part read twice
+    assert all(f"results/{run}.json" in report.notes for run in experiment.RESULT_RUNS)

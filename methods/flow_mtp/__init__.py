@@ -71,7 +71,12 @@ def student_config(config) -> model.StudentConfig:
             dtype=compute_dtype(config.dtype),
         )
         return model.StudentConfig(
-            net, p.context_len, p.completion_len, num_anchors=p.num_anchors, use_u=p.use_u
+            net,
+            p.context_len,
+            p.completion_len,
+            num_anchors=p.num_anchors,
+            use_u=p.use_u,
+            shift_positions=p.shift_positions,
         )
     except ValueError as e:
         raise ConfigError(f"model/ptp: {e}") from None

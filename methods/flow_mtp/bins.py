@@ -12,9 +12,10 @@ index order. Given u the token is deterministic, which is what lets a student fe
 many tokens in one call (O-PTP) and a teacher check them losslessly (`verify`).
 
 Why the edges are built the way they are:
-- One `sampling_probs` serves the edges of training and the teacher's picks in verification:
-  a temperature, top-k or top-p applied in one and not the other moves every bin (the tests
-  show the verified output then leaves the teacher's distribution).
+- One `sampling_probs` (the shared sampler's `filter_logits`, then softmax) serves the edges
+  of training and the teacher's picks in verification: a temperature, top-k or top-p applied
+  in one and not the other moves every bin (the tests show the verified output then leaves
+  the teacher's distribution).
 - float32 throughout, in vocabulary order (sorting by probability would give other bins).
 - Edges are the cumulative sum divided by its own last element, so the last edge is exactly
   1.0 (x / x == 1 in IEEE arithmetic) and every u in [0, 1) picks a token of non-zero width;
@@ -35,6 +36,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from core.nn import sampler
+
 
 class SamplingTransform(NamedTuple):
     """How the teacher's logits become its sampling distribution (None / 0 / 1.0: off)."""
@@ -50,25 +53,16 @@ PLAIN = SamplingTransform()  # the teacher's own distribution
 def sampling_probs(logits_V: jax.Array, transform: SamplingTransform = PLAIN):
     """float32 probabilities [..., V] in vocabulary order after temperature, top-k, top-p.
 
-    top-k keeps every logit >= the k-th largest (ties at the threshold are all kept); top-p
-    keeps the most probable tokens up to and including the one whose cumulative probability
-    first reaches p (the official code's rule), then renormalises."""
+    The filter is the shared sampler's (`core.nn.sampler.filter_logits`): top-k keeps exactly k
+    tokens (ties broken towards the lower token id), top-p keeps the most probable tokens up
+    to and including the one whose cumulative probability first reaches p (the official
+    code's rule), then the kept logits are renormalised. Losslessness needs only that edges
+    and verification apply the same transform, which one function guarantees."""
     logits_V = logits_V.astype(jnp.float32)
     if transform.temperature != 1.0:
         logits_V = logits_V / jnp.float32(transform.temperature)
-    if transform.top_k:
-        kth = jax.lax.top_k(logits_V, transform.top_k)[0][..., -1:]
-        logits_V = jnp.where(logits_V >= kth, logits_V, -jnp.inf)
-    probs_V = jax.nn.softmax(logits_V, axis=-1)
-    if transform.top_p < 1.0:
-        order_V = jnp.argsort(-probs_V, axis=-1, stable=True)
-        sorted_V = jnp.take_along_axis(probs_V, order_V, axis=-1)
-        before_V = jnp.cumsum(sorted_V, axis=-1) - sorted_V  # mass strictly more probable
-        keep_sorted_V = before_V < jnp.float32(transform.top_p)
-        keep_V = jnp.take_along_axis(keep_sorted_V, jnp.argsort(order_V, axis=-1), axis=-1)
-        probs_V = jnp.where(keep_V, probs_V, 0.0)
-        probs_V = probs_V / probs_V.sum(-1, keepdims=True)
-    return probs_V
+    filtered_V = sampler.filter_logits(logits_V, top_k=transform.top_k, top_p=transform.top_p)
+    return jax.nn.softmax(filtered_V, axis=-1)
 
 
 def cdf_edges(probs_V: jax.Array) -> jax.Array:

@@ -28,7 +28,7 @@ import jax
 from configs import flow_mtp as flow_mtp_config
 from core import cache, results, selection, train
 from core.claims import IntervalClaim, Report
-from methods.flow_mtp import make
+from methods.flow_mtp import code_experiment, experiment_cptp, make
 
 SEEDS = (0, 1, 2)
 VARIANTS = {"ptp": True, "no_u": False}  # variant -> use_u
@@ -155,7 +155,24 @@ def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:
     )
 
 
+# The full run has three parts, each its own record (launch.reproduce saves and re-derives each):
+# the toy teacher (this module), the code teacher vs Medusa (code_experiment) and C-PTP from
+# scratch (experiment_cptp). The quick run is the toy part alone (the quick budget).
+RESULT_RUNS = ("full", "full_code", "full_cptp")
+PARTS = {"code": code_experiment, "cptp": experiment_cptp}
+
+
 def claims_from_results(record: dict) -> list[IntervalClaim]:
+    """The claims of one part's record (its part read from `record["run"]`)."""
+    part = record["run"].partition("_")[2]
+    if part == "code":
+        return code_experiment.claims_code(record)
+    if part == "cptp":
+        return experiment_cptp.claims_cptp(record)
+    return toy_claims(record)
+
+
+def toy_claims(record: dict) -> list[IntervalClaim]:
     s = record["config"]["settings"]
     L = s["completion_len"]
     ptp = results.by_seed(record["rows"], "correct", variant="ptp")
@@ -204,31 +221,25 @@ def plot_curves(curves: dict, path: str, completion_len: int) -> None:
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
+    """The toy part (quick: alone), then in a full run the code and C-PTP parts, each its own
+    record (RESULT_RUNS) and claims, in one report."""
     record = measure(workdir, quick=quick)
     claims = claims_from_results(record)
     figure = os.path.join(workdir, "flow_mtp_correct_prefix.png")
     L = record["config"]["settings"]["completion_len"]
     plot_curves(record["correct_curves"], figure, L)
+    records, figures = [record], [figure]
+    if not quick:
+        for part in PARTS.values():
+            report = part.run(workdir, quick=False)
+            records.append(report.results)
+            claims += report.claims
+            figures += report.figures
     return Report(
         method="flow_mtp",
-        figures=[figure],
+        figures=figures,
         claims=claims,
         metrics={c.metric: c.interval.to_dict() for c in claims},
         command="python -m launch.reproduce --methods=flow_mtp" + (" --quick" if quick else ""),
-        results=record,
+        results=records if len(records) > 1 else record,
     )
-
-
-# Part `code` (issue 21: the code teacher vs a Medusa drafter) lives in code_experiment.py; its
-# record is results/full_code.json (rows tagged "part": "code") and its claims are a function of
-# that record, so --from_results can re-derive them once the parts are merged.
-def run_code(workdir: str, *, quick: bool = False) -> Report:
-    from methods.flow_mtp import code_experiment
-
-    return code_experiment.run(workdir, quick=quick)
-
-
-def claims_code(record: dict) -> list[IntervalClaim]:
-    from methods.flow_mtp import code_experiment
-
-    return code_experiment.claims_code(record)

@@ -15,6 +15,16 @@ Slot k's logits predict completion token k (a teacher sample given the context a
 
 u_emb is the official code's default `LinearInterpolationEmbedding`: learned anchors at u = 0,
 1/2, 1 (3 by default), linearly interpolated, so nearby u's get nearby embeddings.
+
+Slot positions: slot k sits at s + k - 1 (0-based k), one after the last context token, by
+default. The official code shifts auxiliary position ids by -1 (`shift_positions=True` there:
+slot k at s + k - 2 in these terms, the first slot at the last context token's position, where a
+pretrained AR model's head predicts the first completion token); `shift_positions=True` here
+does the same. With rotary positions only differences matter, so the shift changes just the
+slots' distance to the context by one, which a student trained from scratch can absorb (the
+README has the measured comparison). `sequence_logits` is the shared forward: context token
+embeddings followed by any tail of embeddings (u slots here; `cptp` feeds u's of earlier
+tokens, or token embeddings for its AR pass).
 """
 
 import dataclasses
@@ -32,6 +42,7 @@ class StudentConfig:
     completion_len: int  # L
     num_anchors: int = 3
     use_u: bool = True
+    shift_positions: bool = False  # slots one position earlier (the official code's choice)
 
     def __post_init__(self):
         if self.context_len < 1 or self.completion_len < 1:
@@ -67,27 +78,51 @@ def u_embedding(anchors_AD: jax.Array, u_BL: jax.Array) -> jax.Array:
     return anchors_AD[lower] * (1.0 - frac) + anchors_AD[lower + 1] * frac
 
 
-def student_logits(cfg: StudentConfig, params, context_BC, context_mask_BC, u_BL):
-    """Slot logits [B, L, V] (float32). context_mask_BC: True on real (right-aligned) tokens."""
+def check_inputs(cfg: StudentConfig, context_BC, per_slot_BL) -> None:
+    """One-line error unless context is [B, C] and the per-slot input [B, L] of this config."""
     B, C = context_BC.shape
-    if cfg.context_len != C or u_BL.shape != (B, cfg.completion_len):
+    if cfg.context_len != C or per_slot_BL.shape != (B, cfg.completion_len):
         raise ValueError(
-            f"context {context_BC.shape} / u {u_BL.shape} do not match context_len="
+            f"context {context_BC.shape} / slots {per_slot_BL.shape} do not match context_len="
             f"{cfg.context_len}, completion_len={cfg.completion_len}"
         )
-    if not cfg.use_u:
-        u_BL = jnp.zeros_like(u_BL)
+
+
+def sequence_logits(
+    cfg: StudentConfig, params, context_BC, context_mask_BC, tail_BTD, *, shift_tail: bool = False
+):
+    """Logits [B, C + T, V] (float32) of one causal call over [context tokens ; tail_BTD].
+
+    context_mask_BC: True on real (right-aligned) tokens. Positions count real tokens from 0;
+    shift_tail puts the tail one position earlier (its first entry at the last context
+    token's position). The mask is causal with key padding: tail entry t sees the context and
+    tail entries <= t."""
     tok_BCD = transformer.embed(cfg.net, params["net"], context_BC)
-    slot_BLD = u_embedding(params["u_anchors"], u_BL).astype(tok_BCD.dtype)
-    x_BTD = jnp.concatenate([tok_BCD, slot_BLD], axis=1)
+    x_BTD = jnp.concatenate([tok_BCD, tail_BTD.astype(tok_BCD.dtype)], axis=1)
     mask_BC = context_mask_BC.astype(bool)
-    key_mask_BT = jnp.concatenate([mask_BC, jnp.ones(u_BL.shape, bool)], axis=1)
+    tail_T = tail_BTD.shape[1]
+    key_mask_BT = jnp.concatenate([mask_BC, jnp.ones((mask_BC.shape[0], tail_T), bool)], axis=1)
     positions_BT = jnp.cumsum(key_mask_BT, axis=1, dtype=jnp.int32) - 1  # 0 at the first token
+    if shift_tail:
+        positions_BT = positions_BT - (jnp.arange(key_mask_BT.shape[1]) >= mask_BC.shape[1])
     logits_BTV, _ = transformer.apply(
         cfg.net,
         params["net"],
         embeddings_BTD=x_BTD,
         positions_BT=positions_BT,
         key_mask_BT=key_mask_BT,
+    )
+    return logits_BTV
+
+
+def student_logits(cfg: StudentConfig, params, context_BC, context_mask_BC, u_BL):
+    """Slot logits [B, L, V] (float32). context_mask_BC: True on real (right-aligned) tokens."""
+    check_inputs(cfg, context_BC, u_BL)
+    C = context_BC.shape[1]
+    if not cfg.use_u:
+        u_BL = jnp.zeros_like(u_BL)
+    slot_BLD = u_embedding(params["u_anchors"], u_BL)
+    logits_BTV = sequence_logits(
+        cfg, params, context_BC, context_mask_BC, slot_BLD, shift_tail=cfg.shift_positions
     )
     return logits_BTV[:, C:]

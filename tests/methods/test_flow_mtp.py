@@ -58,6 +58,11 @@ def test_sampling_transform_top_k_and_top_p():
     # top-p 0.75: 0.4 + 0.3 = 0.7 < 0.75, so 0.15 (the token that crosses it) is kept too.
     top_p = np.asarray(bins.sampling_probs(logits, bins.SamplingTransform(top_p=0.75)))
     np.testing.assert_allclose(top_p, [0, 0.4 / 0.85, 0, 0.3 / 0.85, 0.15 / 0.85], rtol=1e-6)
+    # Ties at the k-th logit: exactly k tokens stay, the lower ids first (the shared sampler's
+    # rule, `core.nn.sampler.filter_logits`, so edges and sampling agree on which tokens).
+    tied = jnp.log(jnp.array([0.1, 0.3, 0.3, 0.3]))
+    kept = np.asarray(bins.sampling_probs(tied, bins.SamplingTransform(top_k=2)))
+    np.testing.assert_allclose(kept, [0, 0.5, 0.5, 0], rtol=1e-6)  # float32 softmax
     hot = np.asarray(bins.sampling_probs(logits, bins.SamplingTransform(temperature=0.5)))
     expect = np.array([0.1, 0.4, 0.05, 0.3, 0.15]) ** 2
     np.testing.assert_allclose(hot, expect / expect.sum(), rtol=1e-5)  # float32 exp/log
@@ -183,8 +188,10 @@ def small_student(context_len=3, completion_len=5):
     return cfg, model.init_params(cfg, jax.random.PRNGKey(1))
 
 
-def test_slot_k_sees_the_context_and_slots_up_to_k_only():
+@pytest.mark.parametrize("shift", [False, True])
+def test_slot_k_sees_the_context_and_slots_up_to_k_only(shift):
     cfg, params = small_student()
+    cfg = dataclasses.replace(cfg, shift_positions=shift)
     L = cfg.completion_len
     logits = jax.jit(functools.partial(model.student_logits, cfg, params))
     context = jnp.array([[0, 4, 5]])
@@ -203,6 +210,24 @@ def test_slot_k_sees_the_context_and_slots_up_to_k_only():
     assert np.all(np.abs(other - base).max(-1) > 1e-4)
     padded = np.asarray(logits(context.at[0, 0].set(9), mask, u))[0]
     np.testing.assert_array_equal(padded, base)
+
+
+def test_shift_positions_moves_the_slots_only_and_reaches_the_student():
+    """shift_positions (the official -1): the slots' positions change (their logits move), the
+    context's do not (bitwise: causal), and the student's option is this forward's."""
+    cfg, params = small_student()
+    context, mask = jnp.array([[0, 4, 5]]), jnp.array([[False, True, True]])
+    u = jnp.linspace(0.1, 0.9, cfg.completion_len)[None]
+    tail = model.u_embedding(params["u_anchors"], u)
+    plain = np.asarray(model.sequence_logits(cfg, params, context, mask, tail))
+    shifted = np.asarray(model.sequence_logits(cfg, params, context, mask, tail, shift_tail=True))
+    C = context.shape[1]
+    np.testing.assert_array_equal(plain[:, :C], shifted[:, :C])
+    assert np.abs(plain[:, C:] - shifted[:, C:]).max() > 1e-4  # far above float32 rounding
+    student = dataclasses.replace(cfg, shift_positions=True)
+    np.testing.assert_array_equal(
+        np.asarray(model.student_logits(student, params, context, mask, u)), shifted[:, C:]
+    )
 
 
 def test_no_u_baseline_ignores_u():
