@@ -41,6 +41,8 @@ class TaskRun:
     claim: str
     task_options: dict = dataclasses.field(default_factory=dict)
     quick_task_options: dict = dataclasses.field(default_factory=dict)  # on top, quick only
+    quick_train: dict = dataclasses.field(default_factory=dict)  # train.* overrides, quick only
+    quick_optim: dict = dataclasses.field(default_factory=dict)  # optim.* overrides, quick only
 
 
 RUNS = (
@@ -52,10 +54,15 @@ RUNS = (
         "at_least",
         0.95,
         "copying is learned",
-        # Quick: strings of 8 (half the tokens per step). At 100 steps held-out exact match was
-        # 1.0, 0.996, 1.0, 1.0, 1.0 on seeds 0-4; 0.0 at step 40 on all five (a model that does
-        # not train, or trains too slowly, fails the claim).
+        # Quick: strings of 8 and batch 32 at lr 2e-3 (a quarter of the full run's tokens per
+        # step). Chosen on held-out exact match of seeds 0-4 at 100 steps (batch 64, lr 1e-3:
+        # 1.0 / .996 / 1.0 / 1.0 / 1.0; batch 32, lr 1e-3: 1.0 / .918 / 1.0 / 1.0 / 1.0; batch
+        # 32, lr 2e-3: 1.0 on all five), then confirmed on seeds 5-9, not used to choose it:
+        # 1.0 on all five. At 40 steps: .000 / .010 / .188 on seeds 0-2 (a model that does not
+        # train, or trains too slowly, fails the claim).
         quick_task_options=dict(length=8),
+        quick_train=dict(batch_size=32),
+        quick_optim=dict(lr=2e-3),
     ),
     TaskRun(
         "mqar",
@@ -106,6 +113,8 @@ def task_config(run: TaskRun, quick: bool, seed: int = 0):
     config.task.update(run.task_options)
     if quick:
         config.task.update(run.quick_task_options)
+        config.train.update(run.quick_train)
+        config.optim.update(run.quick_optim)
     return config
 
 
