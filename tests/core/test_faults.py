@@ -24,7 +24,9 @@ from core.errors import ConfigError
 from tests.core.test_train import lm_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STEPS, EVERY = 1500, 100
+# The property is "resume == uninterrupted, bitwise", not a step count: five checkpoint intervals
+# hold three kills, each one interval past where its attempt resumed (1500 steps cost ~3x more).
+STEPS, EVERY = 500, 100
 ARGS = [
     "--config=configs/lm.py:size=smoke,task=copy,mesh=cpu",
     f"--config.train.steps={STEPS}",
@@ -116,8 +118,9 @@ def test_three_sigkills_lose_nothing(tmp_path, uninterrupted):
     kills = []
     for _ in range(3):
         resume_from = Checkpointer(str(workdir / "checkpoints")).latest_step() or 0
-        # A random step after the first checkpoint (and after where this attempt resumes).
-        target = rng.randint(max(EVERY, resume_from) + 1, STEPS - 200)
+        # A random step in the interval after this attempt's first new checkpoint: each attempt
+        # saves something, and is killed past where the previous one was.
+        target = resume_from + EVERY + rng.randint(1, EVERY - 1)
         code, out = run_until(workdir, target, signal.SIGKILL)
         assert code == -signal.SIGKILL, out
         if resume_from:
@@ -167,12 +170,21 @@ def damage(step_dir, how: str) -> None:
             f.write(b"\x5a" * 16)
 
 
-@pytest.mark.parametrize("how", ["truncate", "garble"])
-def test_damaged_latest_checkpoint_falls_back_to_the_previous(tmp_path, how):
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """One `short_config` run (checkpoints at 4, 8, 12) and its workdir, trained once: the tests
+    that damage checkpoints each damage a copy (the same files a run of their own would write)."""
+    workdir = tmp_path_factory.mktemp("short") / "run"
     config = short_config()
-    full = train.run(config, methods.make(config), str(tmp_path / "full"))
+    return train.run(config, methods.make(config), str(workdir)), workdir
+
+
+@pytest.mark.parametrize("how", ["truncate", "garble"])
+def test_damaged_latest_checkpoint_falls_back_to_the_previous(tmp_path, how, short_run):
+    config = short_config()
+    full, full_workdir = short_run
     workdir = tmp_path / "damaged"
-    train.run(config, methods.make(config), str(workdir))
+    shutil.copytree(full_workdir, workdir)
     ckpt_dir = workdir / "checkpoints"
     damage(ckpt_dir / "12", how)
 
@@ -187,13 +199,14 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous(tmp_path, how):
     assert len(os.listdir(workdir / DAMAGED)) == 1
 
 
-def test_no_good_checkpoint_is_a_clear_error(tmp_path):
+def test_no_good_checkpoint_is_a_clear_error(tmp_path, short_run):
     config = short_config()
-    train.run(config, methods.make(config), str(tmp_path))
+    workdir = tmp_path / "damaged"
+    shutil.copytree(short_run[1], workdir)
     for step in (4, 8, 12):
-        damage(tmp_path / "checkpoints" / str(step), "garble")
+        damage(workdir / "checkpoints" / str(step), "garble")
     with pytest.warns(DamagedCheckpointWarning), pytest.raises(ConfigError) as e:
-        train.run(config, methods.make(config), str(tmp_path))
+        train.run(config, methods.make(config), str(workdir))
     assert "no usable checkpoint" in str(e.value) and "\n" not in str(e.value)
 
 
