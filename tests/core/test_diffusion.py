@@ -44,6 +44,14 @@ def test_euler_with_the_exact_gaussian_velocity_reproduces_the_data_moments():
     assert np.all(rel_std < 2 / steps + 4 / np.sqrt(2 * n)), rel_std
 
 
+def test_euler_reads_the_velocity_at_the_start_of_each_step():
+    # v = t: Euler sums dt * t_k over the left ends t_k = k / steps, (1 - 1 / steps) / 2
+    # (the right ends would give (1 + 1 / steps) / 2; the exact integral 1 / 2)
+    enc, dec = diffusion.unsplit(lambda x, t, y: jnp.broadcast_to(t[:, None], x.shape))
+    x = diffusion.euler(enc, dec, jnp.zeros((1, 1)), jnp.zeros(1, jnp.int32), steps=4)
+    np.testing.assert_allclose(x, [[(1 - 1 / 4) / 2]], rtol=1e-6)  # float32 sums of k / 16
+
+
 def test_flow_path_ends_target_and_t_sampler():
     x, eps = jnp.full((2, 3), 2.0), jnp.full((2, 3), -1.0)
     np.testing.assert_array_equal(
@@ -115,6 +123,22 @@ def test_ddim_and_ddpm_with_the_exact_point_mass_predictor_return_the_point():
         rng=jax.random.key(2),
     )
     np.testing.assert_allclose(x, jnp.broadcast_to(POINT, x.shape), atol=1e-5)
+
+
+def test_two_ddim_steps_by_hand():
+    # steps = 2 visits t = T - 1, then t = 0, then alpha_bar = 1; a constant eps prediction
+    # makes each step x <- sqrt(ab_prev) (x - sqrt(1 - ab_t) c) / sqrt(ab_t) + sqrt(1 - ab_prev) c
+    c, ab = 0.3, SCHED.alpha_bars
+    noise = jax.random.normal(jax.random.key(0), (2, 2, 2, 1))
+    x = np.asarray(noise, np.float64)
+    for ab_t, ab_prev in ((ab[-1], ab[0]), (ab[0], 1.0)):
+        x = (
+            np.sqrt(ab_prev) * (x - np.sqrt(1 - ab_t) * c) / np.sqrt(ab_t)
+            + np.sqrt(1 - ab_prev) * c
+        )
+    const = lambda x, t, y: jnp.full_like(x, c)  # noqa: E731
+    out = ddim_run(noise, jax.random.key(1), eps_fn=const, steps=2, eta=0.0)
+    np.testing.assert_allclose(out, x, rtol=1e-5)  # float32 vs float64, two divisions
 
 
 def test_ddim_eta_zero_is_deterministic_and_eta_one_is_not():
