@@ -9,6 +9,9 @@ so that `import core.nn.positions` does not pay for flax):
   transformer  the LM: TransformerConfig, init_params, apply (tokens or embeddings), forward
                (captured intermediates), embed, features, head, next_token_loss, init_cache, policy,
                SHARDING_RULES
+  dit          DiT / DDT (condition encoder + velocity decoder) for images: DiTConfig,
+               init_params, apply / encode / decode (captured intermediates), sampler_fns,
+               patchify, null_label (the samplers are core.diffusion's)
   policy       Policy: a model as pure functions (apply, init_cache, embed) for sampler / GRPO
   sampler      KV-cached sampling of any Policy: filter_logits, sample, sample_jit, SampleOutput;
                a next-input rule hook (NextInputRule, StepContext, NextInput, token_rule)

@@ -1,0 +1,406 @@
+"""A class-conditional diffusion transformer: DiT, or DDT's condition encoder + velocity decoder.
+Flax NNX inside, pure functions over plain pytrees outside (as `core.nn.transformer`).
+
+    params = init_params(cfg, rng)
+    v_BHWC, captured = apply(cfg, params, x_BHWC, t_B, y_B, capture=("encoder/blocks/1",))
+    s_BND, _ = encode(cfg, params, x_BHWC, t_B, y_B)       # per-token conditions
+    v_BHWC, _ = decode(cfg, params, x_BHWC, t_B, y_B, s_BND)  # = apply's output
+    enc, dec = sampler_fns(cfg, params)                    # for core.diffusion's samplers
+
+Architecture (DDT, "Decoupled Diffusion Transformer"; plain DiT when decoder_blocks == 0):
+  c = SiLU(t_emb(t) + y_emb(y))         t_emb: sinusoidal(t * time_scale) -> Linear-SiLU-Linear;
+                                         y_emb: a table of num_classes + 1 rows, the last the
+                                         null class of classifier-free guidance (`null_label`)
+  encoder: s = blocks(embed(patchify(x_t)) + positions; c)        -> per-token conditions s
+  decoder: h = blocks(embed(patchify(x_t)) + positions; SiLU(t_emb + s))  (per token)
+           v = unpatchify(final(h; SiLU(t_emb + s)))
+With decoder_blocks == 0 (plain DiT) the encoder's tokens go straight to the final layer,
+conditioned on c: `encode` returns the last hidden tokens and `decode` is the final layer.
+
+`decode` recomputes t_emb at its own t, so a sampler sharing s over r steps (encoder sharing)
+conditions the decoder on the current time and a stale s (DDT's own code reuses SiLU(t + s)
+with the stale t as well; with r = 1 the two agree).
+
+Blocks are adaLN-Zero: [shift, scale, gate] x 2 = Linear(condition) (zero-initialised), so
+x += gate_a * attn(norm(x) * (1 + scale_a) + shift_a); x += gate_m * mlp(... same ...). The
+final layer's modulation and output projection are zero-initialised too: at init every block is
+the identity and the network outputs exactly zero. Norms are RMSNorm (DDT's); attention is
+`core.nn.attention.MultiHeadAttention`, bidirectional, no QK-norm; MLPs SwiGLU. Positions
+(cfg.position): "sincos" (default: fixed 2-D sin-cos absolute positions added to the tokens,
+MAE's layout), "learned" (a [N, D] table per stack, normal(0.02)) or "none". DDT's 2-D RoPE is
+not implemented (a small model does not need it).
+
+Capture names (`capture_names`): "encoder/embed" and "decoder/embed" (tokens + positions, before
+the first block), "encoder/blocks/<k>" and "decoder/blocks/<k>" (the residual stream after
+block k), "condition" (s, the encoder's output).
+
+Shape suffixes: B batch, H W C image, N tokens, P patch features (p * p * C), D d_model.
+"""
+
+import dataclasses
+import functools
+import math
+import numbers
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from core.errors import ConfigError
+from core.nn import attention, layers
+
+POSITIONS = ("sincos", "learned", "none")
+
+
+@dataclasses.dataclass(frozen=True)
+class DiTConfig:
+    """Hyperparameters; frozen and hashable so it can be a static jit argument."""
+
+    image_size: int  # square images [B, image_size, image_size, channels]
+    channels: int
+    patch_size: int
+    d_model: int
+    num_heads: int
+    d_ff: int
+    encoder_blocks: int
+    decoder_blocks: int  # 0: plain DiT (no condition/velocity split)
+    num_classes: int  # labels 0..num_classes-1; num_classes is the null class
+    position: str = "sincos"
+    time_scale: float = 1000.0  # t in [0, 1] (flow) -> DiT's integer-step frequency range
+    freq_dim: int = 256  # width of the sinusoidal timestep features
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+    attention_impl: str = "xla"  # core.nn.attention.IMPLS
+
+    def __post_init__(self):
+        positive = ("image_size", "channels", "patch_size", "d_model", "num_heads", "d_ff")
+        for name in (*positive, "encoder_blocks", "num_classes", "freq_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+                raise ConfigError(f"DiTConfig.{name} must be a positive int, got {value!r}")
+        d = self.decoder_blocks
+        if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0:
+            raise ConfigError(f"DiTConfig.decoder_blocks must be an int >= 0, got {d!r}")
+        if self.image_size % self.patch_size:
+            raise ConfigError(
+                f"DiTConfig.image_size={self.image_size} must be divisible by "
+                f"patch_size={self.patch_size}"
+            )
+        if self.d_model % self.num_heads:
+            raise ConfigError(
+                f"DiTConfig.d_model={self.d_model} must be divisible by num_heads={self.num_heads}"
+            )
+        if self.freq_dim % 2:
+            raise ConfigError(f"DiTConfig.freq_dim must be even, got {self.freq_dim}")
+        if self.position not in POSITIONS:
+            raise ConfigError(
+                f"DiTConfig.position: unknown {self.position!r}; expected one of: "
+                + ", ".join(POSITIONS)
+            )
+        if self.position == "sincos" and self.d_model % 4:
+            raise ConfigError(
+                f"DiTConfig.d_model={self.d_model} must be divisible by 4 for position='sincos'"
+            )
+        try:
+            attention.check_impl(self.attention_impl)
+        except ValueError as e:
+            raise ConfigError(f"DiTConfig.attention_impl: {e}") from None
+        for name in ("dtype", "param_dtype"):
+            value = getattr(self, name)
+            try:
+                ok = jnp.issubdtype(jnp.dtype(value), jnp.floating)
+            except TypeError:
+                ok = False
+            if not ok:
+                raise ConfigError(f"DiTConfig.{name} must name a float dtype, got {value!r}")
+
+    @property
+    def grid(self) -> int:
+        """Patches per side."""
+        return self.image_size // self.patch_size
+
+    @property
+    def num_tokens(self) -> int:
+        return self.grid**2
+
+    @property
+    def patch_dim(self) -> int:
+        return self.patch_size**2 * self.channels
+
+
+def null_label(cfg: DiTConfig) -> int:
+    """The label of the null class (classifier-free guidance's unconditional input)."""
+    return cfg.num_classes
+
+
+def drop_labels(cfg: DiTConfig, rng: jax.Array, y_B: jax.Array, p: float) -> jax.Array:
+    """y with each label replaced by the null class with probability p (CFG training)."""
+    drop_B = jax.random.bernoulli(rng, p, y_B.shape)
+    return jnp.where(drop_B, null_label(cfg), y_B)
+
+
+def patchify(x_BHWC: jax.Array, patch: int) -> jax.Array:
+    """[B, H, W, C] -> [B, (H/p)(W/p), p*p*C]: row-major patches, each (row, col, channel)."""
+    B, H, W, C = x_BHWC.shape
+    x = x_BHWC.reshape(B, H // patch, patch, W // patch, patch, C)
+    return x.transpose(0, 1, 3, 2, 4, 5).reshape(B, (H // patch) * (W // patch), patch**2 * C)
+
+
+def unpatchify(x_BNP: jax.Array, patch: int, height: int, width: int) -> jax.Array:
+    """The inverse of `patchify`: [B, N, p*p*C] -> [B, height, width, C]."""
+    B, _, P = x_BNP.shape
+    C = P // patch**2
+    x = x_BNP.reshape(B, height // patch, width // patch, patch, patch, C)
+    return x.transpose(0, 1, 3, 2, 4, 5).reshape(B, height, width, C)
+
+
+def timestep_features(t_B: jax.Array, dim: int, max_period: float = 10000.0) -> jax.Array:
+    """[cos(t f_j), sin(t f_j)], f_j = max_period^(-j / (dim/2)): float32 [B, dim]."""
+    half = dim // 2
+    freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / half)
+    angles_BJ = t_B.astype(jnp.float32)[:, None] * freqs
+    return jnp.concatenate([jnp.cos(angles_BJ), jnp.sin(angles_BJ)], axis=-1)
+
+
+def sincos_positions(grid: int, dim: int) -> np.ndarray:
+    """Fixed 2-D absolute positions [grid * grid, dim]: half the features encode the row, half
+    the column, each as [sin, cos] of the index times 10000^(-j / (dim/4))."""
+    quarter = dim // 4
+    freqs = 1.0 / 10000.0 ** (np.arange(quarter, dtype=np.float64) / quarter)
+    rows, cols = np.meshgrid(np.arange(grid), np.arange(grid), indexing="ij")
+
+    def encode(index):
+        angles = index.reshape(-1, 1) * freqs
+        return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+
+    return np.concatenate([encode(rows), encode(cols)], axis=1).astype(np.float32)
+
+
+def _linear(cfg, rngs, d_in, d_out, *, zero=False, init=None):
+    """A dense layer with bias through `flat_dot_general`; zero=True for adaLN-Zero layers."""
+    kernel_init = nnx.initializers.zeros_init() if zero else init
+    kwargs = {} if kernel_init is None else {"kernel_init": kernel_init}
+    return nnx.Linear(
+        d_in,
+        d_out,
+        use_bias=True,
+        dtype=jnp.dtype(cfg.dtype),
+        param_dtype=jnp.dtype(cfg.param_dtype),
+        dot_general=layers.flat_dot_general,
+        rngs=rngs,
+        **kwargs,
+    )
+
+
+def modulate(x_BND, shift, scale):
+    return x_BND * (1 + scale) + shift
+
+
+class TimestepEmbedder(nnx.Module):
+    def __init__(self, cfg: DiTConfig, rngs: nnx.Rngs):
+        init = nnx.initializers.normal(0.02)
+        self.fc1 = _linear(cfg, rngs, cfg.freq_dim, cfg.d_model, init=init)
+        self.fc2 = _linear(cfg, rngs, cfg.d_model, cfg.d_model, init=init)
+        self.freq_dim, self.time_scale = cfg.freq_dim, cfg.time_scale
+        self.dtype = jnp.dtype(cfg.dtype)
+
+    def __call__(self, t_B):
+        feats = timestep_features(t_B * self.time_scale, self.freq_dim).astype(self.dtype)
+        return self.fc2(jax.nn.silu(self.fc1(feats)))
+
+
+class AdaLNBlock(nnx.Module):
+    """adaLN-Zero transformer block; the condition is [B, 1, D] (per image) or [B, N, D]."""
+
+    def __init__(self, cfg: DiTConfig, rngs: nnx.Rngs):
+        norm = layers.norm_factory(cfg)
+        self.attn_norm = norm(cfg.d_model)
+        self.attn = attention.MultiHeadAttention(
+            cfg, rngs, positions="none", impl=cfg.attention_impl
+        )
+        self.mlp_norm = norm(cfg.d_model)
+        self.mlp = layers.SwiGLU(cfg, rngs)
+        self.modulation = _linear(cfg, rngs, cfg.d_model, 6 * cfg.d_model, zero=True)
+
+    def __call__(self, x_BND, cond_BND, mask_BNN):
+        mods = jnp.split(self.modulation(cond_BND), 6, axis=-1)
+        shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = mods
+        y_BND, _ = self.attn(modulate(self.attn_norm(x_BND), shift_a, scale_a), None, mask_BNN)
+        x_BND = x_BND + gate_a * y_BND
+        return x_BND + gate_m * self.mlp(modulate(self.mlp_norm(x_BND), shift_m, scale_m))
+
+
+class FinalLayer(nnx.Module):
+    """Modulated norm and a projection to patch features, both zero-initialised."""
+
+    def __init__(self, cfg: DiTConfig, rngs: nnx.Rngs):
+        self.norm = layers.norm_factory(cfg)(cfg.d_model)
+        self.modulation = _linear(cfg, rngs, cfg.d_model, 2 * cfg.d_model, zero=True)
+        self.out = _linear(cfg, rngs, cfg.d_model, cfg.patch_dim, zero=True)
+
+    def __call__(self, x_BND, cond_BND):
+        shift, scale = jnp.split(self.modulation(cond_BND), 2, axis=-1)
+        return self.out(modulate(self.norm(x_BND), shift, scale))
+
+
+class Stack(nnx.Module):
+    """Patch embedding + positions + adaLN blocks: the encoder or the decoder."""
+
+    def __init__(self, cfg: DiTConfig, num_blocks: int, rngs: nnx.Rngs):
+        self.embed = _linear(
+            cfg, rngs, cfg.patch_dim, cfg.d_model, init=nnx.initializers.xavier_uniform()
+        )
+        if cfg.position == "learned":
+            init = nnx.initializers.normal(0.02)
+            shape = (cfg.num_tokens, cfg.d_model)
+            self.positions = nnx.Param(init(rngs.params(), shape, jnp.dtype(cfg.param_dtype)))
+        self.blocks = nnx.List([AdaLNBlock(cfg, rngs) for _ in range(num_blocks)])
+        self.cfg = cfg
+
+    def tokens(self, x_BHWC):
+        cfg = self.cfg
+        h_BND = self.embed(patchify(x_BHWC.astype(jnp.dtype(cfg.dtype)), cfg.patch_size))
+        if cfg.position == "sincos":
+            h_BND = h_BND + sincos_positions(cfg.grid, cfg.d_model).astype(h_BND.dtype)
+        elif cfg.position == "learned":
+            h_BND = h_BND + self.positions[...].astype(h_BND.dtype)
+        return h_BND
+
+    def __call__(self, x_BHWC, cond_BND, keep, name):
+        h_BND = self.tokens(x_BHWC)
+        keep(f"{name}/embed", h_BND)
+        B, N, _ = h_BND.shape
+        mask_BNN = attention.make_mask("bidirectional", jnp.ones((B, N), bool))
+        for k, block in enumerate(self.blocks):
+            h_BND = block(h_BND, cond_BND, mask_BNN)
+            keep(f"{name}/blocks/{k}", h_BND)
+        return h_BND
+
+
+class DiT(nnx.Module):
+    def __init__(self, cfg: DiTConfig, rngs: nnx.Rngs):
+        self.t_embed = TimestepEmbedder(cfg, rngs)
+        self.y_embed = nnx.Embed(
+            cfg.num_classes + 1,
+            cfg.d_model,
+            dtype=jnp.dtype(cfg.dtype),
+            param_dtype=jnp.dtype(cfg.param_dtype),
+            embedding_init=nnx.initializers.normal(0.02),
+            rngs=rngs,
+        )
+        self.encoder = Stack(cfg, cfg.encoder_blocks, rngs)
+        if cfg.decoder_blocks:
+            self.decoder = Stack(cfg, cfg.decoder_blocks, rngs)
+        self.final = FinalLayer(cfg, rngs)
+        self.cfg = cfg
+
+    def encode(self, x_BHWC, t_B, y_B, keep):
+        c_B1D = jax.nn.silu(self.t_embed(t_B) + self.y_embed(y_B))[:, None]
+        s_BND = self.encoder(x_BHWC, c_B1D, keep, "encoder")
+        keep("condition", s_BND)
+        return s_BND
+
+    def decode(self, x_BHWC, t_B, y_B, s_BND, keep):
+        cfg = self.cfg
+        t_B1D = self.t_embed(t_B)[:, None]
+        if cfg.decoder_blocks:
+            cond_BND = jax.nn.silu(t_B1D + s_BND)
+            h_BND = self.decoder(x_BHWC, cond_BND, keep, "decoder")
+        else:  # plain DiT: s is the last hidden state; the final layer reads c
+            cond_BND = jax.nn.silu(t_B1D + self.y_embed(y_B)[:, None])
+            h_BND = s_BND
+        out_BNP = self.final(h_BND, cond_BND).astype(jnp.float32)
+        return unpatchify(out_BNP, cfg.patch_size, cfg.image_size, cfg.image_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _graphdef(cfg: DiTConfig):
+    """The model's static structure, built abstractly (no parameter memory, no RNG work)."""
+    graphdef, _ = nnx.split(nnx.eval_shape(lambda: DiT(cfg, nnx.Rngs(0))))
+    return graphdef
+
+
+def model(cfg: DiTConfig, params: dict) -> DiT:
+    """The NNX module holding `params` (for code that walks the layers by hand, e.g. tests)."""
+    return nnx.merge(_graphdef(cfg), params)
+
+
+def init_params(cfg: DiTConfig, rng: jax.Array) -> dict:
+    """Fresh parameters as a nested dict of arrays (params["encoder"]["blocks"][0]["attn"]
+    ["q"]["kernel"], ...). Safe under `jax.eval_shape`."""
+    return nnx.to_pure_dict(nnx.state(DiT(cfg, nnx.Rngs(params=rng))))
+
+
+def capture_names(cfg: DiTConfig) -> tuple[str, ...]:
+    """Every name `capture=` accepts (module docstring)."""
+    names = ["encoder/embed", *(f"encoder/blocks/{k}" for k in range(cfg.encoder_blocks))]
+    names.append("condition")
+    if cfg.decoder_blocks:
+        names.append("decoder/embed")
+        names += [f"decoder/blocks/{k}" for k in range(cfg.decoder_blocks)]
+    return tuple(names)
+
+
+def _keeper(cfg, capture):
+    unknown = sorted(set(capture) - set(capture_names(cfg)))
+    if unknown:
+        raise ValueError(
+            f"unknown capture name(s) {', '.join(unknown)}; expected any of: "
+            + ", ".join(capture_names(cfg))
+        )
+    captured = {}
+
+    def keep(name, value):
+        if name in capture:
+            captured[name] = value
+
+    return captured, keep
+
+
+def _check_inputs(cfg, x_BHWC, t_B, y_B):
+    expected = (cfg.image_size, cfg.image_size, cfg.channels)
+    if x_BHWC.ndim != 4 or tuple(x_BHWC.shape[1:]) != expected:
+        raise ValueError(
+            f"x has shape {tuple(x_BHWC.shape)}, expected [B, {', '.join(map(str, expected))}]"
+        )
+    B = x_BHWC.shape[0]
+    for name, value in (("t", t_B), ("y", y_B)):
+        if tuple(value.shape) != (B,):
+            raise ValueError(f"{name} has shape {tuple(value.shape)}, expected ({B},)")
+
+
+def encode(cfg: DiTConfig, params: dict, x_BHWC, t_B, y_B, *, capture=()):
+    """(s_BND, captured): the per-token conditions (plain DiT: the last hidden tokens) and the
+    encoder-side intermediates named in `capture`."""
+    _check_inputs(cfg, x_BHWC, t_B, y_B)
+    captured, keep = _keeper(cfg, capture)
+    return model(cfg, params).encode(x_BHWC, t_B, y_B, keep), captured
+
+
+def decode(cfg: DiTConfig, params: dict, x_BHWC, t_B, y_B, s_BND, *, capture=()):
+    """(v_BHWC float32, captured): the output given the conditions s from `encode` (possibly
+    computed at an earlier step of a sampler)."""
+    _check_inputs(cfg, x_BHWC, t_B, y_B)
+    captured, keep = _keeper(cfg, capture)
+    return model(cfg, params).decode(x_BHWC, t_B, y_B, s_BND, keep), captured
+
+
+def apply(cfg: DiTConfig, params: dict, x_BHWC, t_B, y_B, *, capture=()):
+    """(v_BHWC float32, captured): the network's output (a velocity for the flow, a noise
+    prediction for DDPM) at x_t [B, H, W, C], times t [B] and labels y [B] (int; the null class
+    `null_label(cfg)` for the unconditional model), with the intermediates named in `capture`
+    (`capture_names`)."""
+    _check_inputs(cfg, x_BHWC, t_B, y_B)
+    captured, keep = _keeper(cfg, capture)
+    net = model(cfg, params)
+    s_BND = net.encode(x_BHWC, t_B, y_B, keep)
+    return net.decode(x_BHWC, t_B, y_B, s_BND, keep), captured
+
+
+def sampler_fns(cfg: DiTConfig, params: dict):
+    """(encode_fn, decode_fn) for `core.diffusion`'s samplers: encode_fn(x, t, y) -> s and
+    decode_fn(x, t, y, s) -> prediction, without captures."""
+    enc = lambda x, t, y: encode(cfg, params, x, t, y)[0]  # noqa: E731
+    dec = lambda x, t, y, s: decode(cfg, params, x, t, y, s)[0]  # noqa: E731
+    return enc, dec
