@@ -1,6 +1,7 @@
 """How much faster is PTP decoding than autoregressive decoding with the same network?
 
-    python -m launch.bench --methods=flow_mtp
+    python -m launch.bench --methods=flow_mtp     # the toy figures, then the code teacher's
+    python -m launch.bench --methods=flow_mtp --smoke   # the toy figures only (seconds)
 
 The toy teacher is a lookup table, so its own autoregressive decoding costs nothing and is no
 fair baseline; what is compared instead, on one device, in one process, all jitted:
@@ -62,6 +63,19 @@ def ar_decode(net_cfg, params, context_BC, num_tokens: int):
 
 
 def measure(*, smoke: bool = False) -> Result:
+    """The toy figures and, in a full run, the code teacher's (`measure_code`: it trains or
+    reads a teacher and fine-tunes a student, minutes on a CPU, so the smoke run leaves it out;
+    its own smoke run is a slow test)."""
+    toy = measure_toy(smoke=smoke)
+    if smoke:
+        return toy
+    code = measure_code()
+    return Result(
+        toy.ratios + code.ratios, {"toy": toy.details, "code": code.details}, toy.notes + code.notes
+    )
+
+
+def measure_toy(*, smoke: bool = False) -> Result:
     config = _config(smoke)
     cfg = flow_mtp.student_config(config)
     teacher = flow_mtp.make_teacher(config)
