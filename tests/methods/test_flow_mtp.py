@@ -300,3 +300,38 @@ def test_quick_experiment_correct_prefix_with_u_far_above_without(tmp_path):
     assert gap.n == 3 and gap.low > 1.0
     again = experiment.claims_from_results(report.results)
     assert [c.to_dict() for c in again] == [c.to_dict() for c in report.claims]
+
+
+def test_a_full_run_reports_every_part_with_its_own_record(tmp_path, monkeypatch):
+    """The composition alone (the parts' training is their own modules' and tests'): a full run
+    returns the toy record then one record per part, in RESULT_RUNS order, and every part's
+    claims after the toy's; a quick run is the toy part alone."""
+    from core import results
+    from core.claims import IntervalClaim, Report
+
+    toy_rows = [
+        {"variant": v, "seed": seed, "correct": value}
+        for v, base in (("ptp", 15.0), ("no_u", 1.0))
+        for seed, value in enumerate((base, base + 0.1, base + 0.2))
+    ]
+    settings = {"completion_len": 16, "margin_fraction": 0.25, "target_fraction": 0.5}
+    toy = results.record("flow_mtp", "full", config={"settings": settings}, rows=toy_rows)
+    toy["correct_curves"] = {"ptp/0": [(1, 1.0)], "no_u/0": [(1, 1.0)]}
+    monkeypatch.setattr(experiment, "measure", lambda workdir, quick=False: toy)
+
+    class Part:
+        def __init__(self, part):
+            self.part = part
+
+        def run(self, workdir, quick=False):
+            assert not quick
+            record = results.record("flow_mtp", f"full_{self.part}", config={}, rows=[])
+            claim = IntervalClaim.at_least(self.part, f"{self.part}/x", [1.0, 1.1, 1.2], 0.5)
+            return Report("flow_mtp", [claim], {}, results=record)
+
+    monkeypatch.setattr(experiment, "PARTS", {"code": Part("code"), "cptp": Part("cptp")})
+    report = experiment.run(str(tmp_path), quick=False)
+    assert [r["run"] for r in report.results] == list(experiment.RESULT_RUNS)
+    assert [c.metric for c in report.claims][3:] == ["code/x", "cptp/x"]
+    quick = experiment.run(str(tmp_path), quick=True)
+    assert isinstance(quick.results, dict) and len(quick.claims) == 3
