@@ -108,11 +108,7 @@ class DiTConfig:
             raise ConfigError(f"DiTConfig.attention_impl: {e}") from None
         for name in ("dtype", "param_dtype"):
             value = getattr(self, name)
-            try:
-                ok = jnp.issubdtype(jnp.dtype(value), jnp.floating)
-            except TypeError:
-                ok = False
-            if not ok:
+            if not layers.is_float_dtype(value):
                 raise ConfigError(f"DiTConfig.{name} must name a float dtype, got {value!r}")
 
     @property

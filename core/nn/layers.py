@@ -31,6 +31,15 @@ class RMSNorm(nnx.Module):
         return (x * self.scale[...].astype(jnp.float32)).astype(self.dtype)
 
 
+def is_float_dtype(value) -> bool:
+    """Whether `value` names a floating dtype ("float32", jnp.bfloat16, ...): what the model
+    configs' `dtype` / `param_dtype` fields accept."""
+    try:
+        return bool(jnp.issubdtype(jnp.dtype(value), jnp.floating))
+    except TypeError:
+        return False
+
+
 def norm_factory(cfg):
     """RMSNorm(dim) in `cfg.dtype` output and `cfg.param_dtype` scale."""
     return functools.partial(

@@ -93,11 +93,7 @@ class TransformerConfig:
             raise ValueError(f"TransformerConfig.rope_base must be > 0, got {self.rope_base!r}")
         for name in ("dtype", "param_dtype"):
             value = getattr(self, name)
-            try:
-                ok = jnp.issubdtype(jnp.dtype(value), jnp.floating)
-            except TypeError:
-                ok = False
-            if not ok:
+            if not layers.is_float_dtype(value):
                 raise ValueError(f"TransformerConfig.{name} must name a float dtype, got {value!r}")
 
     @property
