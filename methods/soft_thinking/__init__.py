@@ -100,7 +100,9 @@ def make(config) -> Method:
         if split == "eval":
             arrays = validation_sequences(task, config.eval.num_validation)
             return data.one_pass(arrays, global_batch=batch_size, shard=shard)
-        return data.synthetic(task.example, global_batch=batch_size, seed=seed, shard=shard)
+        return data.synthetic(
+            examples_fn=task.examples, global_batch=batch_size, seed=seed, shard=shard
+        )
 
     return Method(
         init=init,

@@ -27,6 +27,7 @@ EOS).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 from typing import ClassVar
 
@@ -115,21 +116,41 @@ class ShuffledSum:
         completion = np.concatenate([FIRST_NUMBER + pad_BN, tail_B3], axis=1)
         return np.concatenate([self.prompt_tokens(terms_BN), completion], axis=1).astype(np.int32)
 
+    def draw_orders(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n random scratchpad orders [n, N] (permutations of the term positions)."""
+        return rng.permuted(np.tile(np.arange(self.num_terms), (n, 1)), axis=1)
+
     def batch_from(self, terms_BN: np.ndarray, rng: np.random.Generator) -> dict:
         """Training examples for given prompts, each with a random scratchpad order."""
-        order_BN = rng.permuted(np.tile(np.arange(self.num_terms), (len(terms_BN), 1)), axis=1)
+        return self.examples_of(terms_BN, self.draw_orders(rng, len(terms_BN)))
+
+    def examples_of(self, terms_BN: np.ndarray, order_BN: np.ndarray) -> dict:
+        """{"inputs", "targets", "mask"} for prompts whose scratchpads visit `order_BN`."""
         seq = self.sequence(terms_BN, order_BN)
         targets = np.concatenate([seq[:, 1:], np.full_like(seq[:, :1], PAD)], axis=1)
         t = np.arange(self.seq_len)
         mask = np.broadcast_to(t >= self.prompt_len - 1, seq.shape) & (t < self.seq_len - 1)
         return {"inputs": seq, "targets": targets, "mask": mask.astype(np.float32)}
 
+    def examples(self, rngs: list[np.random.Generator]) -> dict:
+        """One training example per generator (`core.data.synthetic(examples_fn=)`): each
+        generator draws its prompt from the train split by rejection, then its order, exactly
+        as `example` does; the sequences are then built in one vectorised call."""
+        terms, orders = [], []
+        for rng in rngs:
+            terms.append(self._train_terms(rng))
+            orders.append(self.draw_orders(rng, 1))
+        return self.examples_of(np.concatenate(terms), np.concatenate(orders))
+
     def example(self, rng: np.random.Generator) -> dict:
         """One training example from the train split (rejection on the split hash)."""
+        return {k: v[0] for k, v in self.examples([rng]).items()}
+
+    def _train_terms(self, rng: np.random.Generator) -> np.ndarray:
         for _ in range(self.TRAIN_TRIES):
             terms = rng.integers(0, self.modulus, size=(1, self.num_terms))
-            if self.split_of(terms)[0] == SPLITS.index("train"):
-                return {k: v[0] for k, v in self.batch_from(terms, rng).items()}
+            if _split_index(self, tuple(sorted(terms[0].tolist()))) == SPLITS.index("train"):
+                return terms
         raise RuntimeError(f"no train prompt in {self.TRAIN_TRIES} draws")  # p < 1e-40
 
     def traces(self, terms: np.ndarray) -> set[tuple[int, ...]]:
@@ -168,3 +189,10 @@ class ShuffledSum:
         visited, running = trace[0::2], trace[1::2]
         same_terms = np.array_equal(np.sort(visited), np.sort(np.asarray(terms)))
         return bool(same_terms and np.array_equal(np.cumsum(visited) % p, running))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _split_index(task: ShuffledSum, sorted_terms: tuple[int, ...]) -> int:
+    """A multiset's split, remembered: training draws meet the same few multisets again and
+    again, and the vectorised hash costs more than the rest of an example."""
+    return int(task.split_of(np.array([sorted_terms]))[0])

@@ -39,6 +39,25 @@ def test_synthetic_iterator_resumes_exactly():
     )
 
 
+def test_a_vectorised_examples_fn_gives_the_same_stream():
+    def examples(rngs):  # what example() draws, per generator, stacked in one call
+        return {
+            "x": np.stack([r.normal(size=3) for r in rngs]).astype(np.float32),
+            "i": np.array([r.integers(0, 100) for r in rngs]),
+        }
+
+    one = data.synthetic(example, global_batch=8, seed=3)
+    halves = [
+        data.synthetic(examples_fn=examples, global_batch=8, seed=3, shard=(p, 2)) for p in (0, 1)
+    ]
+    for _ in range(2):
+        whole, parts = next(one), [next(h) for h in halves]
+        for key in whole:
+            np.testing.assert_array_equal(whole[key], np.concatenate([p[key] for p in parts]))
+    with pytest.raises(ConfigError, match="exactly one of example_fn and examples_fn"):
+        data.synthetic(example, examples_fn=examples, global_batch=8, seed=0)
+
+
 def test_seeds_give_different_streams():
     a = next(data.synthetic(example, global_batch=4, seed=0))["x"]
     b = next(data.synthetic(example, global_batch=4, seed=1))["x"]
