@@ -88,16 +88,28 @@ def example(teacher, edges_VE, context_len: int, completion_len: int, max_start:
     (left-padded to C with token 0, masked). A window of C tokens is what the student and
     decoding see (exact for the toy teacher, whose next token depends on the last one); cuts
     far beyond C put larger token values in the data, as long decoding reaches them."""
-    s = int(rng.integers(1, max_start + 1))
-    seq = teacher.sample(rng, s + completion_len, edges_VE)
-    n = min(s, context_len)
-    context = np.zeros(context_len, np.int32)
-    context[context_len - n :] = seq[s - n : s]
-    return {
-        "context": context,
-        "context_mask": np.arange(context_len) >= context_len - n,
-        "completion": seq[s:],
-    }
+    batch = examples(teacher, edges_VE, context_len, completion_len, max_start, [rng])
+    return {k: v[0] for k, v in batch.items()}
+
+
+def examples(teacher, edges_VE, context_len: int, completion_len: int, max_start: int, rngs):
+    """`example` for each generator, the teacher's sampling vectorised over them
+    (`core.data.synthetic(examples_fn=)`: the same stream)."""
+    starts = [int(rng.integers(1, max_start + 1)) for rng in rngs]
+    seqs = teacher.sample_many(rngs, [s + completion_len for s in starts], edges_VE)
+    rows = []
+    for s, seq in zip(starts, seqs, strict=True):
+        n = min(s, context_len)
+        context = np.zeros(context_len, np.int32)
+        context[context_len - n :] = seq[s - n : s]
+        rows.append(
+            {
+                "context": context,
+                "context_mask": np.arange(context_len) >= context_len - n,
+                "completion": seq[s:],
+            }
+        )
+    return data.stack(rows)
 
 
 def teacher_probs(teacher, transform, batch) -> jax.Array:
@@ -161,7 +173,7 @@ def make(config) -> Method:
     max_start = config.ptp.max_start
     if not 1 <= max_start <= teacher.vocab_size:
         raise ConfigError(f"ptp.max_start={max_start} must be in [1, teacher.vocab_size]")
-    example_fn = functools.partial(example, teacher, edges_VE, C, L, max_start)
+    examples_fn = functools.partial(examples, teacher, edges_VE, C, L, max_start)
 
     def init(rng, batch_spec):
         del batch_spec
@@ -170,13 +182,15 @@ def make(config) -> Method:
     def dataset(which, *, shard, seed):
         if which == "eval":
             return data.synthetic(
-                example_fn,
+                examples_fn=examples_fn,
                 global_batch=batch_size,
                 seed=seed + EVAL_SEED_OFFSETS[split],
                 shard=shard,
                 num_batches=num_eval // batch_size,
             )
-        return data.synthetic(example_fn, global_batch=batch_size, seed=seed, shard=shard)
+        return data.synthetic(
+            examples_fn=examples_fn, global_batch=batch_size, seed=seed, shard=shard
+        )
 
     return Method(
         init=init,

@@ -57,13 +57,23 @@ class MarkovTeacher:
     def sample(self, rng: np.random.Generator, length: int, edges_VE=None) -> np.ndarray:
         """One sequence of `length` tokens from the start token, each next token the inverse
         CDF of a float32 u ~ U(0, 1) under the same edges the loss and verification use."""
+        return self.sample_many([rng], [length], edges_VE)[0]
+
+    def sample_many(self, rngs, lengths, edges_VE=None) -> list[np.ndarray]:
+        """`sample` for several generators at once: each draws its own u's as `sample` does,
+        and every position's inverse CDF runs over all rows in one NumPy call (a Python loop
+        per token cost ~0.7 ms per training example)."""
         edges_VE = self.edges_VE() if edges_VE is None else edges_VE
-        u = rng.random(length - 1, dtype=np.float32)
-        out = np.empty(length, np.int32)
-        out[0] = self.start_token
-        for t in range(1, length):
-            out[t] = np.searchsorted(edges_VE[out[t - 1], 1:], u[t - 1], side="right")
-        return out
+        T = max(lengths)
+        u_BT = np.zeros((len(rngs), T - 1), np.float32)  # rows shorter than T: u = 0, cut off
+        for row, (rng, length) in enumerate(zip(rngs, lengths, strict=True)):
+            u_BT[row, : length - 1] = rng.random(length - 1, dtype=np.float32)
+        out_BT = np.empty((len(rngs), T), np.int32)
+        out_BT[:, 0] = self.start_token
+        for t in range(1, T):
+            # searchsorted(edges[1:], u, side="right") = how many of those edges are <= u
+            out_BT[:, t] = (edges_VE[out_BT[:, t - 1], 1:] <= u_BT[:, t - 1, None]).sum(1)
+        return [out_BT[row, :length] for row, length in enumerate(lengths)]
 
 
 def increasing_sequence(vocab_size: int = 100) -> MarkovTeacher:

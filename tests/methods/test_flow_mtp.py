@@ -255,6 +255,21 @@ def test_toy_teacher_is_the_official_increasing_sequence():
     assert abs(steps.mean() - 0.5) < 0.02
 
 
+def test_vectorised_sampling_is_the_inverse_cdf_of_each_generators_draws():
+    """`sample_many` (the training data's path) equals a per-token searchsorted of each row's
+    own u's, rows of different lengths together (a random teacher: unequal bins)."""
+    t = teachers.random_markov(7, seed=1)
+    edges_VE = t.edges_VE()
+    lengths = [3, 9, 1, 6]
+    got = t.sample_many([np.random.default_rng(i) for i in range(4)], lengths, edges_VE)
+    for i, length in enumerate(lengths):
+        u = np.random.default_rng(i).random(length - 1, dtype=np.float32)
+        want = [t.start_token]
+        for u_t in u:
+            want.append(np.searchsorted(edges_VE[want[-1], 1:], u_t, side="right"))
+        np.testing.assert_array_equal(got[i], want)
+
+
 def test_edges_for_a_completion_token_come_from_the_distribution_after_the_previous_token():
     config = flow_mtp_config.get_config("size=smoke")
     teacher = flow_mtp.make_teacher(config)
