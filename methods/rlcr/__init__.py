@@ -49,10 +49,10 @@ def reward_weights(config) -> tuple[float, float, float]:
     return tuple(float(w) for w in weights)
 
 
-def example(rng: np.random.Generator, family=witness.IN_DOMAIN) -> dict[str, np.ndarray]:
-    """One question: prompt, its mask, the hidden answer (what the reward reads)."""
-    one = witness.sample(rng, 1, family)
-    return {k: one[k][0] for k in ("prompt", "prompt_mask", "answer")}
+def examples(rngs: list[np.random.Generator], family=witness.IN_DOMAIN) -> dict[str, np.ndarray]:
+    """One question per generator: prompt, its mask, the hidden answer (what the reward reads)."""
+    batch = witness.sample_each(rngs, family)
+    return {k: batch[k] for k in ("prompt", "prompt_mask", "answer")}
 
 
 def eval_data(family, num_examples: int, seed: int) -> dict[str, np.ndarray]:
@@ -91,7 +91,10 @@ def make(config) -> Method:
     def dataset(split, *, shard, seed):
         offset = 0 if split == "train" else EVAL_SEED_OFFSET
         return data.synthetic(
-            example, global_batch=config.train.batch_size, seed=seed + offset, shard=shard
+            examples_fn=examples,
+            global_batch=config.train.batch_size,
+            seed=seed + offset,
+            shard=shard,
         )
 
     def evaluate(state, *, seed):

@@ -107,12 +107,30 @@ def _layout_prompt(rho_tok_n, witness_nW, m_n, prompt_len):
 
 def sample(rng: np.random.Generator, n: int, family: Family) -> dict:
     """n examples of `family` as numpy arrays (see module docstring for the layout)."""
+    return _build(_draw(rng, n, family), family)
+
+
+def sample_each(rngs: list[np.random.Generator], family: Family) -> dict:
+    """One example per generator, each drawing exactly what `sample(rng, 1, family)` draws,
+    laid out in one vectorised call (`core.data.synthetic(examples_fn=)`)."""
+    draws = [_draw(rng, 1, family) for rng in rngs]
+    return _build({k: np.concatenate([d[k] for d in draws]) for k in draws[0]}, family)
+
+
+def _draw(rng: np.random.Generator, n: int, family: Family) -> dict:
     W = family.max_witnesses
     answer_n = rng.integers(0, NUM_DIGITS, n)
     m_n = rng.integers(family.min_witnesses, W + 1, n)
     rho_idx_n = rng.integers(0, len(family.rhos), n)
     rho_n = np.asarray(family.rhos, np.float64)[rho_idx_n]
     witness_nW = _witnesses(rng, answer_n, rho_n, W)
+    return {"answer": answer_n, "m": m_n, "rho_idx": rho_idx_n, "witness": witness_nW}
+
+
+def _build(draws: dict, family: Family) -> dict:
+    W = family.max_witnesses
+    answer_n, m_n, rho_idx_n, witness_nW = (draws[k] for k in ("answer", "m", "rho_idx", "witness"))
+    rho_n = np.asarray(family.rhos, np.float64)[rho_idx_n]
     used_nW = np.arange(W)[None, :] < m_n[:, None]
     counts_n10 = ((witness_nW[:, :, None] == np.arange(NUM_DIGITS)) & used_nW[:, :, None]).sum(1)
     rho_tok_n = np.asarray([rho_token(r) for r in family.rhos])[rho_idx_n]

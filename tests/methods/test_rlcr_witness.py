@@ -103,6 +103,16 @@ def test_prompts_are_left_padded_and_decode_back(family):
     assert set(np.unique(data["rho"])) == {np.float32(r) for r in W.RHOS}
 
 
+def test_one_example_per_generator_is_sample_of_one_from_each():
+    """The training stream (`sample_each`, one generator per example, laid out together)
+    equals sampling one example from each generator alone."""
+    rngs = lambda: [np.random.default_rng([5, i]) for i in range(40)]  # noqa: E731
+    together = W.sample_each(rngs(), W.IN_DOMAIN)
+    alone = [W.sample(r, 1, W.IN_DOMAIN) for r in rngs()]
+    for key, value in together.items():
+        np.testing.assert_array_equal(value, np.concatenate([a[key] for a in alone]), key)
+
+
 def test_family_validation():
     with pytest.raises(ValueError, match="rhos"):
         W.Family("bad", 1, 3, (0.35,))
