@@ -52,7 +52,7 @@ MIN_FONT_SIZE = 8
 @functools.cache
 def _english_words(source: str) -> frozenset[str]:
     words = get_english_words_set([source], lower=True, alpha=True)
-    return frozenset(w for w in words if w and set(w) <= set(LETTERS))
+    return frozenset(w for w in words if w.isascii() and w.isalpha() and w.islower())
 
 
 @functools.cache
@@ -87,32 +87,45 @@ class BigramChain:
         totals = counts.sum(axis=1, keepdims=True)
         self.probs = np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
 
-    def sample(self, rng: np.random.Generator, max_len: int) -> str | None:
-        """One letter string, or None when the chain runs past max_len before ending."""
-        out, state = [], self.index["^"]
-        for _ in range(max_len + 1):
-            state = rng.choice(len(self.symbols), p=self.probs[state])
-            if self.symbols[state] == "$":
-                return "".join(out)
-            out.append(self.symbols[state])
-        return None
+    def sample(self, rng: np.random.Generator, count: int, max_len: int) -> list[str | None]:
+        """count letter strings drawn side by side (one uniform per string and step, inverse
+        CDF); None for a string that runs past max_len before ending."""
+        cdf = np.cumsum(self.probs, axis=1)
+        end = self.index["$"]
+        state = np.full(count, self.index["^"])
+        letters = np.zeros((count, max_len + 1), np.int64)
+        done = np.zeros(count, bool)
+        length = np.full(count, -1)
+        for step in range(max_len + 1):
+            u = rng.random(count)
+            # searchsorted row by row; min() guards u above a row's rounded total
+            state = np.minimum((u[:, None] >= cdf[state]).sum(1), len(self.symbols) - 1)
+            ended = ~done & (state == end)
+            length[ended] = step
+            done |= ended
+            letters[:, step] = state
+        return [
+            "".join(self.symbols[i] for i in row[:n]) if n >= 0 else None
+            for row, n in zip(letters, length, strict=True)
+        ]
 
 
 def pseudowords(n: int, seed: int, *, min_len: int = 3, max_len: int = 7) -> list[str]:
     """n distinct pseudowords: bigram-chain samples of the right length that are not in
-    `dictionary()`. Raises if 200 n draws do not give n (a too narrow length range)."""
+    `dictionary()`. Raises if 80 n (at least 81920) draws do not give n."""
     chain = _chain(min_len, max_len)
     rng = np.random.default_rng(seed)
     words, seen = dictionary(), set()
     out = []
-    for _ in range(200 * n):
-        if len(out) == n:
-            break
-        s = chain.sample(rng, max_len)
-        if s is None or len(s) < min_len or s in words or s in seen or not set(s) & VOWELS:
-            continue
-        seen.add(s)
-        out.append(s)
+    # Fixed-size draws, so a seed's first k pseudowords do not depend on n.
+    for _ in range(20 + 80 * n // 4096):
+        for s in chain.sample(rng, 4096, max_len):
+            if len(out) == n:
+                return out
+            if s is None or len(s) < min_len or s in words or s in seen or not set(s) & VOWELS:
+                continue
+            seen.add(s)
+            out.append(s)
     if len(out) < n:
         raise ValueError(f"only {len(out)} of {n} pseudowords of length {min_len}-{max_len}")
     return out

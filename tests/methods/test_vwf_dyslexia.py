@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from methods.vwf_dyslexia import stimuli
+from methods.vwf_dyslexia import stimuli, tasks
 
 
 def test_pseudowords_are_never_dictionary_words_and_use_only_seen_bigrams():
@@ -20,7 +20,7 @@ def test_pseudowords_are_never_dictionary_words_and_use_only_seen_bigrams():
     assert stimuli.pseudowords(20, seed=1) != fake[:20]
     # The exclusion is not vacuous: the raw chain does produce real words.
     chain, rng = stimuli.BigramChain(stimuli.word_list()), np.random.default_rng(0)
-    raw = [chain.sample(rng, 7) for _ in range(300)]
+    raw = chain.sample(rng, 300, 7)
     assert sum(s in words for s in raw if s) > 10
 
 
@@ -87,3 +87,25 @@ def test_sentence_picture_is_deterministic_balanced_and_well_formed():
         x, relation, y = sentence.split(" ", 1)[0], sentence.split()[1], sentence.split()[-1]
         assert x in stimuli.SHAPES and y in stimuli.SHAPES and x != y
         assert relation in ("left", "right")
+
+
+def test_task_text_masks_exactly_the_answer_tokens():
+    out = tasks.encode("sentence", [tasks.YES], "circle left of square")
+    assert out["inputs"].shape == out["targets"].shape == (tasks.TEXT_LEN,)
+    np.testing.assert_array_equal(out["inputs"][1:], out["targets"][:-1])  # shifted by one
+    (answer_at,) = np.nonzero(out["mask"])
+    assert out["targets"][answer_at].tolist() == [tasks.YES]
+    assert out["inputs"][answer_at].tolist() == [tasks.QUERY]  # predicted after the query
+    letters = tasks.encode("letters", [tasks.TOKEN["g"], tasks.TOKEN["e"]])
+    assert letters["targets"][letters["mask"] > 0].tolist() == [tasks.TOKEN["g"], tasks.TOKEN["e"]]
+    with pytest.raises(ValueError, match="longer than"):
+        tasks.encode("sentence", [tasks.YES], "x" * (tasks.SENTENCE_LEN + 1))
+
+
+def test_eval_letter_strings_are_never_trained_on():
+    train, held_out = tasks.letter_strings("train"), tasks.letter_strings("eval")
+    assert not set(train.words) & set(held_out.words)
+    assert not set(train.pseudowords) & set(held_out.pseudowords)
+    assert 0.05 < len(held_out.words) / len(train.words) < 0.15  # EVAL_FRACTION 0.1
+    ex = tasks.example(np.random.default_rng(0), held_out)
+    assert ex["image"].shape == (32, 128, 1) and ex["task"] in range(len(tasks.TASKS))
