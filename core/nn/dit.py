@@ -159,12 +159,14 @@ def timestep_features(t_B: jax.Array, dim: int, max_period: float = 10000.0) -> 
     return jnp.concatenate([jnp.cos(angles_BJ), jnp.sin(angles_BJ)], axis=-1)
 
 
-def sincos_positions(grid: int, dim: int) -> np.ndarray:
-    """Fixed 2-D absolute positions [grid * grid, dim]: half the features encode the row, half
-    the column, each as [sin, cos] of the index times 10000^(-j / (dim/4))."""
+def sincos_positions(grid: int, dim: int, grid_cols: int | None = None) -> np.ndarray:
+    """Fixed 2-D absolute positions [grid * grid_cols, dim] (grid_cols default grid: square),
+    row-major as `patchify`: half the features encode the row, half the column, each as
+    [sin, cos] of the index times 10000^(-j / (dim/4))."""
     quarter = dim // 4
     freqs = 1.0 / 10000.0 ** (np.arange(quarter, dtype=np.float64) / quarter)
-    rows, cols = np.meshgrid(np.arange(grid), np.arange(grid), indexing="ij")
+    cols = grid if grid_cols is None else grid_cols
+    rows, cols = np.meshgrid(np.arange(grid), np.arange(cols), indexing="ij")
 
     def encode(index):
         angles = index.reshape(-1, 1) * freqs

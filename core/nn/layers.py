@@ -97,7 +97,17 @@ class SwiGLU(nnx.Module):
         self.down = dense(cfg.d_ff, cfg.d_model)
 
     def __call__(self, x_BTD):
-        return self.down(jax.nn.silu(self.gate(x_BTD)) * self.up(x_BTD))
+        return self.with_gate(x_BTD)[0]
+
+    def with_gate(self, x_BTD, gate_mask_F=None):
+        """(output, gate_BTF): gate_BTF is the gate projection's output before SiLU, multiplied
+        by gate_mask_F [F] along the unit axis when given (a lesion: 0 silences unit f at every
+        position, since SiLU(0) = 0; another value scales its pre-activation). Without a mask
+        the product is skipped, so the output is the plain MLP's, bit for bit."""
+        gate_BTF = self.gate(x_BTD)
+        if gate_mask_F is not None:
+            gate_BTF = gate_BTF * gate_mask_F.astype(gate_BTF.dtype)
+        return self.down(jax.nn.silu(gate_BTF) * self.up(x_BTD)), gate_BTF
 
 
 class PreNormBlock(nnx.Module):
@@ -108,8 +118,9 @@ class PreNormBlock(nnx.Module):
     before the MLP, so parameter initialisation draws in the same order as a hand-written block.
 
     The mixer returns (y_BTD, aux) (aux: its cache, angles, ...). The block returns
-    (x_BTD, aux, sublayers) with sublayers = {"<mixer_name>": y_BTD, "mlp": the MLP's output},
-    the residual updates, for callers that capture intermediates.
+    (x_BTD, aux, sublayers) with sublayers = {"<mixer_name>": y_BTD, "mlp": the MLP's output,
+    "mlp/gate": the SwiGLU gate before SiLU [B, T, F]}, for callers that capture
+    intermediates. gate_mask_F [F] (keyword) multiplies that gate (`SwiGLU.with_gate`).
     """
 
     def __init__(self, cfg, mixer: nnx.Module, rngs: nnx.Rngs, *, mixer_name: str = "attn"):
@@ -120,10 +131,10 @@ class PreNormBlock(nnx.Module):
         self.mlp_norm = norm(cfg.d_model)
         self.mlp = SwiGLU(cfg, rngs)
 
-    def __call__(self, x_BTD, *mixer_args, **mixer_kwargs):
+    def __call__(self, x_BTD, *mixer_args, gate_mask_F=None, **mixer_kwargs):
         name = self.mixer_name
         norm, mixer = getattr(self, f"{name}_norm"), getattr(self, name)
         y_BTD, aux = mixer(norm(x_BTD), *mixer_args, **mixer_kwargs)
         x_BTD = x_BTD + y_BTD
-        mlp_BTD = self.mlp(self.mlp_norm(x_BTD))
-        return x_BTD + mlp_BTD, aux, {name: y_BTD, "mlp": mlp_BTD}
+        mlp_BTD, gate_BTF = self.mlp.with_gate(self.mlp_norm(x_BTD), gate_mask_F)
+        return x_BTD + mlp_BTD, aux, {name: y_BTD, "mlp": mlp_BTD, "mlp/gate": gate_BTF}

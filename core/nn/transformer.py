@@ -22,8 +22,13 @@ softmax and the output logits in float32 (bfloat16 softmax and logits lose too m
 
 Capture names (`forward(..., capture=...)`, see `capture_names`): "embed" (the input
 embeddings), "blocks/<i>/attn" and "blocks/<i>/mlp" (a block's two residual updates),
+"blocks/<i>/mlp/gate" (the SwiGLU gate before SiLU [B, T, F], after `gate_mask_LF`),
 "blocks/<i>" (the residual stream after block i), "final_norm" (what the output projection
 reads, = `features`).
+
+Unit lesions: `forward(..., gate_mask_LF=m)` multiplies layer i's gate pre-activation by m[i]
+along the unit axis (F, the last), at every position and every cached step; one compiled
+function serves every mask (vmap over masks). Without a mask no product is traced.
 
 Shape suffixes: B batch, T new tokens, S key slots, H heads, K head dim, D d_model, F d_ff,
 V vocab, L layers.
@@ -165,6 +170,7 @@ class Transformer(nnx.Module):
         block_ids_BT=None,
         capture=(),
         head=True,
+        gate_mask_LF=None,
     ):
         """(logits_BTV or None, new cache or None, captured dict) from input embeddings."""
         T = x_BTD.shape[1]
@@ -192,10 +198,17 @@ class Transformer(nnx.Module):
             if cache is not None:
                 cache_kv = (*cache_kv, index)
             x_BTD, cache_kv, sub = block(
-                x_BTD, positions_BT, mask_BTS, cache_kv, layer, key_mask_BT=key_mask_BT
+                x_BTD,
+                positions_BT,
+                mask_BTS,
+                cache_kv,
+                layer,
+                key_mask_BT=key_mask_BT,
+                gate_mask_F=None if gate_mask_LF is None else gate_mask_LF[layer],
             )
             keep(f"blocks/{layer}/attn", sub["attn"])
             keep(f"blocks/{layer}/mlp", sub["mlp"])
+            keep(f"blocks/{layer}/mlp/gate", sub["mlp/gate"])
             keep(f"blocks/{layer}", x_BTD)
         h_BTD = self.final_norm(x_BTD)
         keep("final_norm", h_BTD)
@@ -226,7 +239,8 @@ class Output(NamedTuple):
 def capture_names(cfg: TransformerConfig) -> tuple[str, ...]:
     """Every name `forward(..., capture=...)` accepts (module docstring)."""
     per_block = [
-        (f"blocks/{i}/attn", f"blocks/{i}/mlp", f"blocks/{i}") for i in range(cfg.num_layers)
+        (f"blocks/{i}/attn", f"blocks/{i}/mlp", f"blocks/{i}/mlp/gate", f"blocks/{i}")
+        for i in range(cfg.num_layers)
     ]
     return ("embed", *(name for names in per_block for name in names), "final_norm")
 
@@ -250,9 +264,12 @@ def forward(
     cache: KVCache | None = None,
     capture=(),
     head: bool = True,
+    gate_mask_LF: jax.Array | None = None,
 ) -> Output:
     """`apply` with the intermediates named in `capture` (`capture_names`) returned in
-    `Output.captured`; head=False skips the output projection (logits None)."""
+    `Output.captured`; head=False skips the output projection (logits None); gate_mask_LF
+    [num_layers, d_ff] multiplies every MLP's gate pre-activation along the unit axis (the
+    module docstring's unit lesions)."""
     unknown = sorted(set(capture) - set(capture_names(cfg)))
     if unknown:
         raise ValueError(
@@ -275,6 +292,11 @@ def forward(
         positions_BT = jnp.broadcast_to(start + jnp.arange(T, dtype=jnp.int32), (B, T))
     if key_mask_BT is None:
         key_mask_BT = jnp.ones((B, T), bool)
+    if gate_mask_LF is not None and gate_mask_LF.shape != (cfg.num_layers, cfg.d_ff):
+        raise ValueError(
+            f"gate_mask_LF has shape {tuple(gate_mask_LF.shape)}, expected "
+            f"(num_layers, d_ff) = {(cfg.num_layers, cfg.d_ff)}"
+        )
     logits_BTV, cache, captured = model(
         x_BTD,
         positions_BT,
@@ -283,6 +305,7 @@ def forward(
         block_ids_BT=block_ids_BT,
         capture=tuple(capture),
         head=head,
+        gate_mask_LF=gate_mask_LF,
     )
     return Output(logits_BTV, cache, captured)
 

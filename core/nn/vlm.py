@@ -1,0 +1,191 @@
+"""A vision-language model: ViT -> linear merger -> the decoder LM of `core.nn.transformer`, fed
+the image tokens first and then the text tokens through its embeddings-in path. Pure functions
+over plain pytrees (params = {"vit", "merger", "decoder"}).
+
+    params = init_params(cfg, rng)
+    out = apply(cfg, params, images_BHWC, tokens_BT, capture=gate_names(cfg))
+    out.logits_BTV                     # [B, N + T, V]: N image positions, then T text ones
+    out.captured["decoder/blocks/0/mlp/gate"]          # [B, N + T, F], SwiGLU gate before SiLU
+    out = apply(..., gate_mask_LF=mask_LF)             # a unit lesion (0 silences a unit)
+    cache = init_cache(cfg, B, max_len)                # decoding: prefill image + prompt,
+    out = apply(cfg, params, images, prompt_BT, cache=cache)   # then one text token a call:
+    out = step(cfg, params, next_B1, out.cache, gate_mask_LF=mask_LF)
+
+The decoder's mask is causal over [image tokens; text tokens], as in Qwen2-VL's language model:
+the ViT already mixes the image bidirectionally, so a prefix-LM block mask would add nothing the
+text positions need, and the causal form keeps the decoder the LM it is (the same numbers,
+exact KV-cached decoding without block ids). Image positions never see the text; every text
+position sees the whole image. Rotary positions run 0 .. N + T - 1 over both.
+
+The lesion (`gate_mask_LF` [decoder layers, d_ff]) multiplies each decoder MLP's gate
+pre-activation along its LAST axis, the unit axis, at every position and every cached step
+(`core.nn.layers.SwiGLU.with_gate`); it is an input array, so one compiled function serves
+every mask (`jax.vmap` over masks). The official VWF code's bug, a unit mask sliced to T and
+applied along the token axis, is what this layout rules out (tests/core/test_vlm.py).
+
+Capture names (`capture_names`): "vit/<name>" (`core.nn.vit.capture_names`), "merger" (the
+image tokens in the decoder's width, = the decoder's first N input embeddings), "decoder/<name>"
+(`core.nn.transformer.capture_names`; "decoder/embed" is the whole input sequence).
+
+Shape suffixes: B batch, H W C image, N image tokens, T text tokens, D width, F decoder d_ff,
+L decoder layers, V vocab.
+"""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from core.errors import ConfigError
+from core.nn import layers, transformer, vit
+
+Output = transformer.Output
+
+
+@dataclasses.dataclass(frozen=True)
+class VLMConfig:
+    """The encoder's and the decoder's configs; frozen and hashable (a static jit argument)."""
+
+    vit: vit.ViTConfig
+    decoder: transformer.TransformerConfig
+
+    def __post_init__(self):
+        if self.decoder.attention_mask != "causal":
+            raise ConfigError(
+                "VLMConfig.decoder.attention_mask must be 'causal' (image tokens then text, "
+                f"the module docstring says why), got {self.decoder.attention_mask!r}"
+            )
+        if self.decoder.max_len <= self.vit.num_tokens:
+            raise ConfigError(
+                f"VLMConfig.decoder.max_len={self.decoder.max_len} leaves no room for text "
+                f"after the {self.vit.num_tokens} image tokens"
+            )
+
+    @property
+    def num_image_tokens(self) -> int:
+        return self.vit.num_tokens
+
+
+@functools.lru_cache(maxsize=64)
+def _merger_graphdef(cfg: VLMConfig):
+    graphdef, _ = nnx.split(nnx.eval_shape(lambda: _merger(cfg, nnx.Rngs(0))))
+    return graphdef
+
+
+def _merger(cfg: VLMConfig, rngs: nnx.Rngs) -> nnx.Linear:
+    """Bias-free Linear(vit d_model -> decoder d_model) in the decoder's dtypes."""
+    return layers.dense_factory(cfg.decoder, rngs)(cfg.vit.d_model, cfg.decoder.d_model)
+
+
+def init_params(cfg: VLMConfig, rng: jax.Array) -> dict:
+    """{"vit": ..., "merger": {"kernel"}, "decoder": ...}; safe under `jax.eval_shape`."""
+    rng_vit, rng_merger, rng_decoder = jax.random.split(rng, 3)
+    merger = _merger(cfg, nnx.Rngs(params=rng_merger))
+    return {
+        "vit": vit.init_params(cfg.vit, rng_vit),
+        "merger": nnx.to_pure_dict(nnx.state(merger)),
+        "decoder": transformer.init_params(cfg.decoder, rng_decoder),
+    }
+
+
+def capture_names(cfg: VLMConfig) -> tuple[str, ...]:
+    """Every name `apply(..., capture=...)` accepts (module docstring)."""
+    return (
+        *(f"vit/{name}" for name in vit.capture_names(cfg.vit)),
+        "merger",
+        *(f"decoder/{name}" for name in transformer.capture_names(cfg.decoder)),
+    )
+
+
+def gate_names(cfg: VLMConfig) -> tuple[str, ...]:
+    """The capture names of every decoder MLP's gate pre-activation, layer order (the VWF
+    localiser's candidate units: gate_mask_LF's rows)."""
+    return tuple(f"decoder/blocks/{i}/mlp/gate" for i in range(cfg.decoder.num_layers))
+
+
+def _split_capture(cfg, capture):
+    vit.keeper(capture_names(cfg), capture)  # the one-line error for an unknown name
+    vit_names = tuple(n.removeprefix("vit/") for n in capture if n.startswith("vit/"))
+    dec_names = tuple(n.removeprefix("decoder/") for n in capture if n.startswith("decoder/"))
+    return vit_names, dec_names
+
+
+def image_embeddings(cfg: VLMConfig, params: dict, images_BHWC, *, capture=()):
+    """(image tokens [B, N, decoder d_model], captured "vit/..." names): what the decoder reads
+    first."""
+    tokens_BND, captured = vit.forward(cfg.vit, params["vit"], images_BHWC, capture=capture)
+    merger = nnx.merge(_merger_graphdef(cfg), params["merger"])
+    return merger(tokens_BND.astype(jnp.dtype(cfg.decoder.dtype))), captured
+
+
+def _decode(cfg, params, x_BTD, key_mask_BT, cache, gate_mask_LF, dec_names, captured):
+    out = transformer.forward(
+        cfg.decoder,
+        params["decoder"],
+        embeddings_BTD=x_BTD,
+        key_mask_BT=key_mask_BT,
+        cache=cache,
+        capture=dec_names,
+        gate_mask_LF=gate_mask_LF,
+    )
+    captured.update({f"decoder/{k}": v for k, v in out.captured.items()})
+    return Output(out.logits_BTV, out.cache, captured)
+
+
+def apply(
+    cfg: VLMConfig,
+    params: dict,
+    images_BHWC,
+    tokens_BT,
+    *,
+    capture=(),
+    gate_mask_LF=None,
+    text_key_mask_BT=None,
+    cache: transformer.KVCache | None = None,
+) -> Output:
+    """Output(logits [B, N + T, V] float32, advanced cache or None, captured) for images
+    [B, H, W, C] and text tokens [B, T] placed after the N image tokens.
+
+    capture: names from `capture_names`. gate_mask_LF [L, F]: the unit lesion (module
+    docstring). text_key_mask_BT: False on padding text tokens (image tokens are always real).
+    cache: from `init_cache`, empty (this call is the prefill); continue with `step`.
+    """
+    vit_names, dec_names = _split_capture(cfg, capture)
+    image_BND, vit_captured = image_embeddings(cfg, params, images_BHWC, capture=vit_names)
+    B, N, _ = image_BND.shape
+    if tokens_BT.ndim != 2 or tokens_BT.shape[0] != B:
+        raise ValueError(f"tokens have shape {tuple(tokens_BT.shape)}, expected ({B}, T)")
+    captured = {f"vit/{k}": v for k, v in vit_captured.items()}
+    if "merger" in capture:
+        captured["merger"] = image_BND
+    text_BTD = transformer.embed(cfg.decoder, params["decoder"], tokens_BT)
+    x_BSD = jnp.concatenate([image_BND, text_BTD.astype(image_BND.dtype)], axis=1)
+    key_mask_BS = None
+    if text_key_mask_BT is not None:
+        key_mask_BS = jnp.concatenate([jnp.ones((B, N), bool), text_key_mask_BT.astype(bool)], 1)
+    return _decode(cfg, params, x_BSD, key_mask_BS, cache, gate_mask_LF, dec_names, captured)
+
+
+def step(
+    cfg: VLMConfig,
+    params: dict,
+    tokens_BT,
+    cache: transformer.KVCache,
+    *,
+    capture=(),
+    gate_mask_LF=None,
+) -> Output:
+    """A cached decoding call: T more text tokens after what `cache` holds (the image and the
+    prompt from `apply(..., cache=)`); captures are "decoder/..." names only."""
+    vit_names, dec_names = _split_capture(cfg, capture)
+    if vit_names or "merger" in capture:
+        raise ValueError("step: the image was encoded at the prefill; capture decoder names")
+    x_BTD = transformer.embed(cfg.decoder, params["decoder"], tokens_BT)
+    return _decode(cfg, params, x_BTD, None, cache, gate_mask_LF, dec_names, {})
+
+
+def init_cache(cfg: VLMConfig, batch_size: int, max_len: int) -> transformer.KVCache:
+    """An empty decoder cache of max_len slots (image tokens + prompt + generated text)."""
+    return transformer.init_cache(cfg.decoder, batch_size, max_len)

@@ -1,0 +1,120 @@
+"""Inducing dyslexia in a vision-language model (paper 6, NOTES-a.md section 6; issue 23).
+
+- `stimuli.py`: real words (PyPI english-words), bigram-chain pseudowords with dictionary
+  exclusion, Pillow rendering in matplotlib's fonts, the localiser categories (words,
+  scrambled words, line faces, line objects), a shape-comparison task and sentence-picture
+  matching; grey 32 x 128 images in [-1, 1], deterministic per seed.
+- `tasks.py`: the four training tasks (lexical decision, letter read-out, shape comparison,
+  sentence-picture matching) as character-token text after the image; train / eval split of
+  letter strings by hash.
+- here: `make(config) -> Method` for `core.train`: the shared `core.nn.vlm` (ViT -> linear
+  merger -> decoder LM) trained on all four tasks at once, loss on the answer tokens only;
+  `eval_step` gives the answer accuracy per task on held-out letter strings.
+
+    python -m launch.train --config=configs/vwf_dyslexia.py:size=small --workdir=/tmp/vwf
+
+The localiser, the lesion evaluation and the experiment are not written yet (issue 23, part 3).
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from core import data
+from core.method import Method
+from core.nn import transformer, vit, vlm
+from core.precision import compute_dtype
+from methods.vwf_dyslexia import stimuli, tasks
+
+EVAL_SEED_OFFSET = 1_000_003  # held-out examples come from a seed stream training never uses
+
+
+def model_config(config) -> vlm.VLMConfig:
+    m, dtype = config.model, compute_dtype(config.dtype)
+    encoder = vit.ViTConfig(
+        image_height=stimuli.HEIGHT,
+        image_width=stimuli.WIDTH,
+        channels=1,
+        patch_size=m.patch_size,
+        d_model=m.vit_d_model,
+        num_heads=m.vit_heads,
+        d_ff=m.vit_d_ff,
+        num_layers=m.vit_layers,
+        dtype=dtype,
+    )
+    decoder = transformer.TransformerConfig(
+        vocab_size=len(tasks.VOCAB),
+        num_layers=m.num_layers,
+        d_model=m.d_model,
+        num_heads=m.num_heads,
+        d_ff=m.d_ff,
+        max_len=encoder.num_tokens + tasks.TEXT_LEN,
+        dtype=dtype,
+    )
+    return vlm.VLMConfig(encoder, decoder)
+
+
+def answer_logits(cfg: vlm.VLMConfig, params, batch, gate_mask_LF=None):
+    """Logits at the text positions [B, TEXT_LEN, V] (the image positions predict nothing)."""
+    out = vlm.apply(cfg, params, batch["image"], batch["inputs"], gate_mask_LF=gate_mask_LF)
+    return out.logits_BTV[:, cfg.num_image_tokens :]
+
+
+def loss_fn(cfg, params, batch, *, rng=None, extra=None):
+    """Cross-entropy on the answer tokens, averaged over them, and their token accuracy."""
+    del rng, extra
+    logits_BTV = answer_logits(cfg, params, batch)
+    mask_BT = batch["mask"]
+    log_probs_BTV = jax.nn.log_softmax(logits_BTV)
+    nll_BT = -jnp.take_along_axis(log_probs_BTV, batch["targets"][..., None], -1)[..., 0]
+    denom = jnp.maximum(mask_BT.sum(), 1.0)
+    correct_BT = jnp.argmax(logits_BTV, -1) == batch["targets"]
+    return (nll_BT * mask_BT).sum() / denom, {"accuracy": (correct_BT * mask_BT).sum() / denom}
+
+
+def task_accuracy(cfg, params, batch, gate_mask_LF=None) -> dict:
+    """{"accuracy/<task>": (examples with every answer token right, examples)} per task."""
+    logits_BTV = answer_logits(cfg, params, batch, gate_mask_LF)
+    wrong_BT = (jnp.argmax(logits_BTV, -1) != batch["targets"]) & (batch["mask"] > 0)
+    right_B = ~jnp.any(wrong_BT, axis=1)
+    weight_B = batch.get("valid", jnp.ones_like(right_B, jnp.float32))
+    out = {}
+    for task_id, task in enumerate(tasks.TASKS):
+        in_task_B = (batch["task"] == task_id) * weight_B
+        out[f"accuracy/{task}"] = (jnp.sum(right_B * in_task_B), jnp.sum(in_task_B))
+    return out
+
+
+def make(config) -> Method:
+    cfg = model_config(config)
+    batch_size = config.train.batch_size
+
+    def init(rng, batch_spec):
+        del batch_spec
+        return {"params": vlm.init_params(cfg, rng)}
+
+    def eval_step(state, batch, *, rng):
+        del rng
+        return task_accuracy(cfg, state.params, batch)
+
+    def dataset(split, *, shard, seed):
+        strings = tasks.letter_strings("eval" if split == "eval" else "train")
+        example = functools.partial(tasks.example, strings=strings)
+        if split == "eval":
+            return data.synthetic(
+                example,
+                global_batch=batch_size,
+                seed=seed + EVAL_SEED_OFFSET,
+                shard=shard,
+                num_batches=max(1, config.eval.num_examples // batch_size),
+            )
+        return data.synthetic(example, global_batch=batch_size, seed=seed, shard=shard)
+
+    return Method(
+        init=init,
+        loss=functools.partial(loss_fn, cfg),
+        dataset=dataset,
+        eval_step=eval_step,
+        sharding_rules=transformer.SHARDING_RULES,
+    )

@@ -1,0 +1,111 @@
+"""methods/vwf_dyslexia stimuli: pseudowords are never dictionary words (and the exclusion has
+work to do), rendering and every generator are deterministic per seed, scrambling keeps the ink
+and destroys the letters, the task generators draw what their labels say."""
+
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from methods.vwf_dyslexia import stimuli, tasks
+
+
+def test_pseudowords_are_never_dictionary_words_and_use_only_seen_bigrams():
+    words = stimuli.dictionary()
+    fake = stimuli.pseudowords(300, seed=0)
+    assert len(set(fake)) == 300 and not set(fake) & words
+    assert all(3 <= len(w) <= 7 and set(w) & stimuli.VOWELS for w in fake)
+    seen = {a + b for w in stimuli.word_list() for a, b in zip("^" + w, w + "$", strict=True)}
+    assert all(a + b in seen for w in fake for a, b in zip("^" + w, w + "$", strict=True))
+    assert stimuli.pseudowords(20, seed=0) == fake[:20]
+    assert stimuli.pseudowords(20, seed=1) != fake[:20]
+    # The exclusion is not vacuous: the raw chain does produce real words.
+    chain, rng = stimuli.BigramChain(stimuli.word_list()), np.random.default_rng(0)
+    raw = chain.sample(rng, 300, 7)
+    assert sum(s in words for s in raw if s) > 10
+
+
+def test_word_list_comes_from_english_words_within_its_lengths():
+    words = stimuli.word_list(3, 5)
+    assert len(words) > 5000 and all(3 <= len(w) <= 5 for w in words)
+    assert {"cat", "house", "glove"} <= set(words) and set(words) <= stimuli.dictionary()
+    with pytest.raises(ValueError, match="min_len <= max_len"):
+        stimuli.word_list(5, 3)
+
+
+@pytest.mark.parametrize("category", stimuli.CATEGORIES)
+def test_localiser_images_are_deterministic_per_seed_in_range(category):
+    a = stimuli.localiser_images(category, 4, seed=3)
+    assert a.shape == (4, 32, 128) and a.dtype == np.float32
+    assert a.min() == -1.0 and a.max() == 1.0 and (a > -1).mean() > 0.005  # ink present
+    np.testing.assert_array_equal(a, stimuli.localiser_images(category, 4, seed=3))
+    assert np.any(a != stimuli.localiser_images(category, 4, seed=4))
+
+
+def test_scrambled_words_keep_the_words_ink_and_lose_the_letters():
+    words = stimuli.localiser_images("word", 5, seed=0)
+    scrambled = stimuli.localiser_images("scrambled_word", 5, seed=0)
+    for w, s in zip(words, scrambled, strict=True):
+        np.testing.assert_array_equal(np.sort(w.ravel()), np.sort(s.ravel()))
+        ink_w, ink_s = np.argwhere(w > -1), np.argwhere(s > -1)
+        assert np.all(ink_s.min(0) >= ink_w.min(0) // 4 * 4)  # inside the word's tile box
+        assert np.all(ink_s.max(0) < (ink_w.max(0) // 4 + 1) * 4)
+        assert np.mean(w != s) > 0.02  # the letters' pixels moved
+
+
+def test_rendering_differs_by_font_and_refuses_text_that_does_not_fit():
+    images = [stimuli.render_text("glove", f, np.random.default_rng(0)) for f in stimuli.FONTS]
+    assert all(np.any(a != b) for a, b in zip(images, images[1:], strict=False))
+    for name in stimuli.HELD_OUT_FONTS:
+        assert (stimuli.render_text("glove", name, np.random.default_rng(0)) > -1).any()
+    with pytest.raises(ValueError, match="does not fit"):
+        stimuli.render_text("x" * 40, stimuli.FONTS[0], np.random.default_rng(0))
+    with pytest.raises(ValueError, match="not found"):
+        stimuli.font("OpenDyslexic.ttf", 12)
+
+
+def test_shape_comparison_draws_the_counts_its_label_compares():
+    rng = np.random.default_rng(0)
+    labels = []
+    for _ in range(20):
+        image, label, (circles, squares) = stimuli.shape_comparison(rng)
+        # Shapes never touch, so each is one 8-connected component of ink.
+        _, components = ndimage.label(image > -1, structure=np.ones((3, 3)))
+        assert components == circles + squares and circles != squares
+        assert label == int(circles > squares)
+        labels.append(label)
+    assert 0 < sum(labels) < 20
+
+
+def test_sentence_picture_is_deterministic_balanced_and_well_formed():
+    draws = [stimuli.sentence_picture(np.random.default_rng(k)) for k in range(60)]
+    again = stimuli.sentence_picture(np.random.default_rng(5))
+    np.testing.assert_array_equal(again[0], draws[5][0])
+    assert again[1:] == draws[5][1:]
+    labels = [label for _, _, label in draws]
+    assert 15 < sum(labels) < 45
+    for _, sentence, _ in draws:
+        x, relation, y = sentence.split(" ", 1)[0], sentence.split()[1], sentence.split()[-1]
+        assert x in stimuli.SHAPES and y in stimuli.SHAPES and x != y
+        assert relation in ("left", "right")
+
+
+def test_task_text_masks_exactly_the_answer_tokens():
+    out = tasks.encode("sentence", [tasks.YES], "circle left of square")
+    assert out["inputs"].shape == out["targets"].shape == (tasks.TEXT_LEN,)
+    np.testing.assert_array_equal(out["inputs"][1:], out["targets"][:-1])  # shifted by one
+    (answer_at,) = np.nonzero(out["mask"])
+    assert out["targets"][answer_at].tolist() == [tasks.YES]
+    assert out["inputs"][answer_at].tolist() == [tasks.QUERY]  # predicted after the query
+    letters = tasks.encode("letters", [tasks.TOKEN["g"], tasks.TOKEN["e"]])
+    assert letters["targets"][letters["mask"] > 0].tolist() == [tasks.TOKEN["g"], tasks.TOKEN["e"]]
+    with pytest.raises(ValueError, match="longer than"):
+        tasks.encode("sentence", [tasks.YES], "x" * (tasks.SENTENCE_LEN + 1))
+
+
+def test_eval_letter_strings_are_never_trained_on():
+    train, held_out = tasks.letter_strings("train"), tasks.letter_strings("eval")
+    assert not set(train.words) & set(held_out.words)
+    assert not set(train.pseudowords) & set(held_out.pseudowords)
+    assert 0.05 < len(held_out.words) / len(train.words) < 0.15  # EVAL_FRACTION 0.1
+    ex = tasks.example(np.random.default_rng(0), held_out)
+    assert ex["image"].shape == (32, 128, 1) and ex["task"] in range(len(tasks.TASKS))
