@@ -18,7 +18,7 @@ from ml_collections import ConfigDict
 from configs.common import base_config, choose, parse_arg
 
 MODELS = {
-    # lam is on each model's own scale (DEQL's H0 carries p a^2 (1 - p)^2; NOTES-b.md 8).
+    # lam is on each model's own scale (DEQL's H0 carries p a^2 (1 - p)^2).
     "deql": dict(model="deql", a=1.0, b=0.75, p=0.5, lam=30.0, zero_diag=False),
     "edlae": dict(model="edlae", a=1.0, b=0.0, p=0.33, lam=100.0, zero_diag=True),
     "ease": dict(model="ease", a=1.0, b=0.0, p=0.0, lam=300.0, zero_diag=True),

@@ -44,7 +44,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # know whom to trust) | "random" (a uniform digit: chance accuracy; see the README for why
     # RLCR cannot leave that start). Confidences are uniform either way.
     c.warm_start = ConfigDict(dict(steps=size["warm"], lr=1e-3, answers="witness"))
-    # The official GRPO settings (NOTES-a §1): r - mean advantages, no std scaling, one PPO
+    # The official GRPO settings (the paper's code): r - mean advantages, no std scaling, one PPO
     # epoch (ratio 1), token-level aggregation, temperature 0.7; but a group of 16, not 32, and
     # a KL penalty of 0.04 (the original GRPO's beta) to the warm-started policy where the
     # official run has none: without it this small policy's stated confidence collapses to

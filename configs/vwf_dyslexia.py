@@ -1,4 +1,4 @@
-"""Paper 6 (vwf_dyslexia): the tiny VLM trained on four tasks (issue 23; NOTES-a.md section 6).
+"""Paper 6 (vwf_dyslexia): the tiny VLM trained on four tasks (issue 23).
 
     python -m launch.train --config=configs/vwf_dyslexia.py:size=small --workdir=/tmp/vwf
 

@@ -1,4 +1,4 @@
-"""Cooperative sheaf neural networks (paper 15, NOTES-c.md section 15).
+"""Cooperative sheaf neural networks (paper 15 of PAPERS.md).
 
 - `data.py`: offline graphs: Minesweeper (100 x 100 king grid) and its seeded 50/25/25 splits,
   the barbell "other clique mean" regression, Tree-NeighborsMatch, jraph-style batching.

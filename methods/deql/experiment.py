@@ -5,7 +5,7 @@ are held out (80 % of each one's items folded in, 20 % to predict); the other us
 is fitted. Per seed and model, every point of the model's grid is fitted and scored on the
 validation users' Recall@20; the best (ties: the first in grid order) is scored once on the test
 users (Recall@20, Recall@50, NDCG@100). Test numbers never choose anything (the released code
-logs the maximum over test metrics; NOTES-b.md 8, Pitfalls).
+logs the maximum over test metrics).
 
 Models (lam on each model's own scale: DEQL's H0 carries p a^2 (1 - p)^2):
 - EASE (Steck 2019): lam;

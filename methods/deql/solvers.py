@@ -6,7 +6,7 @@
     B = ease(K, lam=300.0)
     f = expected_loss(W, R, a, b, p)                 # E_Delta ||A . (R - (Delta . R) W)||^2
 
-DEQL (NOTES-b.md section 8): dropout mask Delta_uj ~ Bernoulli(1 - p) keeps an entry (no 1/(1-p)
+DEQL (paper 8): dropout mask Delta_uj ~ Bernoulli(1 - p) keeps an entry (no 1/(1-p)
 rescaling); the loss weight is a on dropped and b on kept entries. The expected loss splits by
 column: column i minimises w^T H^(i) w - 2 w^T v^(i) (+ lam |w|^2), where H^(i) = G^(i) . K
 differs from one column-independent H0 only in row and column i. `deql` therefore factors H0

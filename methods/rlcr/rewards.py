@@ -28,7 +28,7 @@ def rlcr_reward(format_ok_B, correct_B, q_B, *, w_format=0.5, w_correct=0.5, w_b
     """RLVR plus w_brier * (1 - (q - c)^2), the Brier term zeroed on format failure.
 
     Proper (maximised in expectation at q = P(correct)) for any w_brier > 0, and still rewards
-    being correct whenever w_brier <= w_correct (NOTES-a §1, Theorem 1).
+    being correct whenever w_brier <= w_correct (the paper's Theorem 1).
     """
     fmt_B = format_ok_B.astype(jnp.float32)
     score_B = fmt_B * (1.0 - brier_B(q_B, correct_B))

@@ -1,4 +1,4 @@
-"""Inducing dyslexia in a vision-language model (paper 6, NOTES-a.md section 6; issue 23).
+"""Inducing dyslexia in a vision-language model (paper 6 of PAPERS.md; issue 23).
 
 - `stimuli.py`: real words (PyPI english-words), bigram-chain pseudowords with dictionary
   exclusion, Pillow rendering in matplotlib's fonts, the localiser categories (words,

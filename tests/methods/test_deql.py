@@ -1,4 +1,4 @@
-"""DEQL: the closed-form identities of NOTES-b.md section 8, the metrics, the ML-100k loader."""
+"""DEQL: the closed-form identities of the paper, the metrics, the ML-100k loader."""
 
 import os
 

@@ -48,7 +48,7 @@ def test_rlcr_is_proper_and_rewards_correctness():
 
 
 def test_brier_weight_above_correctness_weight_breaks_correctness_incentive():
-    # d/dp of the value is w_c + w_s (2p - 1) < 0 for p < 1/3 when w_s = 3 w_c (NOTES-a §1).
+    # d/dp of the value is w_c + w_s (2p - 1) < 0 for p < 1/3 when w_s = 3 w_c (the paper's code).
     p_P = Q_GRID[P_INDICES]
     best_P = _expected_reward_PQ(rewards.rlcr_reward, p_P, w_correct=0.5, w_brier=1.5).max(1)
     assert best_P[0] > best_P[P_INDICES.tolist().index(20)]  # p = 0 beats an honest p = 0.2
