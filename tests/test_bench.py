@@ -183,8 +183,21 @@ def check_soft_thinking(d: dict) -> None:
     assert d["python_loop_same_tokens"] is True
 
 
+def check_hybrid_online(d: dict) -> None:
+    assert d["T"] == 60 and d["sizes"] == [50, 100, 200]
+    # the jitted learner and the NumPy reference play the same rounds: same oracle calls and
+    # predictions (float64, different summation orders)
+    assert d["oracle_calls"] == d["numpy_oracle_calls"]
+    assert d["max_prediction_difference"] < 1e-9
+    for per_round, per_call, calls in zip(
+        d["seconds_per_round"], d["seconds_per_call"], d["calls_per_round"], strict=True
+    ):
+        assert per_call == pytest.approx(per_round / calls)
+
+
 CHECKS = {
     "lm": check_lm,
+    "hybrid_online": check_hybrid_online,
     "selective_rope": check_selective_rope,
     "nab": check_nab,
     "tpc": check_tpc,

@@ -1,0 +1,159 @@
+"""Oracle-efficient hybrid online learning (paper 12, NOTES-b.md section 12): FTRL with a
+truncated-entropy regulariser, solved by Frank-Wolfe over an exact ERM (linear) oracle.
+
+- `classes.py`: thresholds / reversed thresholds / intervals on [0, 1] and their exact oracles
+  (a sort and a cumulative sum), losses (squared, absolute, the game's bilinear payoff), data.
+- `learner.py`: the learner as pure functions over fixed-size padded buffers: `init(T_max)`,
+  `decide` (Frank-Wolfe on the two-weight objective), `update`, `step(state, x_t, r_t)`.
+- `learners.py`: the same interface for the baselines: FTL/ERM, Hedge over a threshold grid,
+  a Wu-2024-style FTPL. `simulate.py`: the adversaries and T rounds as one `lax.scan`.
+- `game.py`: the games corollary (a bilinear game on thresholds, empirical best responses).
+- `reference.py`: the learner in NumPy (tests and the benchmark's baseline).
+- `experiment.py`, `bench.py`: the numerical study and the speed figures.
+- here: `make(config) -> Method` for `core.train`: no loss, no optimiser. The state's params
+  are the learner's buffers; each step plays `train.batch_size` rounds in order (the dataset
+  gives x_t; the adversary, inside the step, draws from the step's key), so a run of
+  `train.steps` steps is T = steps * batch_size rounds, checkpointed and resumed like any run.
+
+    python -m launch.train --config=configs/hybrid_online.py --workdir=/tmp/hybrid
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core import data
+from core.errors import ConfigError
+from core.method import Method
+from methods.hybrid_online import learner as ftrl
+from methods.hybrid_online.classes import (
+    DISTRIBUTIONS,
+    H_CLASSES,
+    LOSSES,
+    R_CLASSES,
+    best_fixed_loss,
+    labels_at,
+    mixture_at,
+)
+from methods.hybrid_online.simulate import ADVERSARIES, adversary
+
+
+def _check(name: str, value, known) -> None:
+    if value not in known:
+        raise ConfigError(
+            f"hybrid.{name}={value!r} is unknown; expected one of: {', '.join(known)}"
+        )
+
+
+def horizon(config) -> int:
+    return config.train.steps * config.train.batch_size
+
+
+def settings_from(config) -> ftrl.Settings:
+    h = config.hybrid
+    _check("h_class", h.h_class, H_CLASSES)
+    _check("r_class", h.r_class, R_CLASSES)
+    _check("loss", h.loss, tuple(LOSSES))
+    _check("adversary", h.adversary, ADVERSARIES)
+    _check("distribution", h.distribution, DISTRIBUTIONS)
+    if config.dtype != "float32":
+        raise ConfigError(
+            f"dtype={config.dtype!r}: hybrid_online runs through core.train in float32 only "
+            "(the experiment runs the same functions in float64)"
+        )
+    T = horizon(config)
+    if T < 2:
+        raise ConfigError(f"train.steps * train.batch_size = {T}: the horizon needs T >= 2 rounds")
+    return ftrl.settings(
+        T,
+        h_class=h.h_class,
+        loss=h.loss,
+        eta_scale=h.eta_scale,
+        gap_scale=h.gap_scale,
+        max_iters=h.max_iters,
+    )
+
+
+def init(rng, batch_spec, *, T: int):
+    state = ftrl.init(T, jnp.float32)
+    b = state.buffer
+    params = {"x": b.x, "w0": b.w0, "w1": b.w1, "n": b.n}
+    params |= {"up_sum": state.up_sum, "down_sum": state.down_sum}
+    history = {"x": jnp.full((T,), jnp.inf), "y": jnp.zeros((T,)), "loss": jnp.zeros((T,))}
+    return {"params": params, "history": history}
+
+
+def _as_state(p) -> ftrl.FTRLState:
+    return ftrl.FTRLState(ftrl.Buffer(p["x"], p["w0"], p["w1"], p["n"]), p["up_sum"], p["down_sum"])
+
+
+def _as_params(state: ftrl.FTRLState) -> dict:
+    b = state.buffer
+    return {"x": b.x, "w0": b.w0, "w1": b.w1, "n": b.n, "up_sum": state.up_sum,
+            "down_sum": state.down_sum}  # fmt: skip
+
+
+def step(state, batch, *, rng, s: ftrl.Settings, choose, r_class: str):
+    """`train.batch_size` rounds in order; metrics: the step's mean loss, the largest gap,
+    the oracle calls, and the regret so far against the exact best fixed hypothesis."""
+    value = LOSSES[s.loss].value
+    x_B = batch["x"]
+
+    def one_round(carry, inputs):
+        learner_state, history = carry
+        x_t, key = inputs
+        h_t, solution = ftrl.decide(learner_state, s)
+        r_t = choose(h_t, key)  # before x_t, in the game's order
+        y_t = labels_at(r_t, x_t)
+        prediction = jnp.clip(mixture_at(h_t, x_t), 0, 1)  # rounding of summed weights
+        loss = value(prediction, y_t)
+        t = learner_state.buffer.n  # rounds played so far
+        history = {
+            "x": history["x"].at[t].set(x_t),
+            "y": history["y"].at[t].set(y_t),
+            "loss": history["loss"].at[t].set(loss),
+        }
+        learner_state = ftrl.update(learner_state, solution, x_t, r_t)
+        return (learner_state, history), (loss, solution.gap, solution.calls)
+
+    carry = (_as_state(state.params), state.extra["history"])
+    keys = jax.random.split(rng, x_B.shape[0])
+    (learner_state, history), (loss_B, gap_B, calls_B) = jax.lax.scan(one_round, carry, (x_B, keys))
+    played = jnp.arange(s.T) < learner_state.buffer.n
+    best = best_fixed_loss(history["x"], history["y"], LOSSES[s.loss], s.h_class, played)
+    metrics = {
+        "loss": jnp.mean(loss_B),
+        "gap_max": jnp.max(gap_B) / s.eta,  # on F_t: compare with epsilon
+        "oracle_calls": jnp.sum(calls_B),
+        "regret": jnp.sum(history["loss"]) - best,
+        "rounds": learner_state.buffer.n,
+    }
+    new_state = state.replace(
+        params=_as_params(learner_state), extra={**state.extra, "history": history}
+    )
+    return new_state, metrics
+
+
+def make(config) -> Method:
+    s = settings_from(config)
+    h = config.hybrid
+    choose = adversary(h.adversary, distribution=h.distribution, loss=h.loss, r_class=h.r_class)
+    distribution = h.distribution
+
+    def example(rng: np.random.Generator):
+        if distribution == "uniform":
+            return {"x": np.float32(rng.uniform())}
+        return {"x": np.float32(rng.beta(2.0, 5.0))}
+
+    def dataset(split, *, shard, seed):
+        if split != "train":
+            raise ConfigError(f"hybrid_online has no {split!r} split: it is evaluated by regret")
+        return data.synthetic(example, global_batch=config.train.batch_size, seed=seed, shard=shard)
+
+    return Method(
+        init=functools.partial(init, T=s.T),
+        step=functools.partial(step, s=s, choose=choose, r_class=h.r_class),
+        dataset=dataset,
+    )
