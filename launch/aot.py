@@ -37,6 +37,11 @@ LARGEST = {
     "soft_thinking": ("configs/soft_thinking.py:size=full", {"train.batch_size": 256}),
     "flow_mtp": ("configs/flow_mtp.py:size=toy", {"train.batch_size": 256}),
     "vwf_dyslexia": ("configs/vwf_dyslexia.py:size=small", {"train.batch_size": 256}),
+    # One round per step in the full run; 256 rounds per step over 8 steps: T = 2048.
+    "hybrid_online": (
+        "configs/hybrid_online.py:size=full",
+        {"train.batch_size": 256, "train.steps": 8},
+    ),
 }
 SMOKE = {name: (spec.split(":")[0] + ":size=smoke", {}) for name, (spec, _) in LARGEST.items()}
 TABLE_TARGETS = ("v5e:16x16", "h100:2x4x8")

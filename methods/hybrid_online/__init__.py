@@ -1,4 +1,4 @@
-"""Oracle-efficient hybrid online learning (paper 12, NOTES-b.md section 12): FTRL with a
+"""Oracle-efficient hybrid online learning (paper 12 of PAPERS.md): FTRL with a
 truncated-entropy regulariser, solved by Frank-Wolfe over an exact ERM (linear) oracle.
 
 - `classes.py`: thresholds / reversed thresholds / intervals on [0, 1] and their exact oracles
@@ -95,7 +95,7 @@ def _as_params(state: ftrl.FTRLState) -> dict:
             "down_sum": state.down_sum}  # fmt: skip
 
 
-def step(state, batch, *, rng, s: ftrl.Settings, choose, r_class: str):
+def step(state, batch, *, rng, s: ftrl.Settings, choose):
     """`train.batch_size` rounds in order; metrics: the step's mean loss, the largest gap,
     the oracle calls, and the regret so far against the exact best fixed hypothesis."""
     value = LOSSES[s.loss].value
@@ -154,6 +154,6 @@ def make(config) -> Method:
 
     return Method(
         init=functools.partial(init, T=s.T),
-        step=functools.partial(step, s=s, choose=choose, r_class=h.r_class),
+        step=functools.partial(step, s=s, choose=choose),
         dataset=dataset,
     )

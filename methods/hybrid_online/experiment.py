@@ -24,7 +24,7 @@ seeds of per-seed numbers:
 - Beta(2, 5) data: FTL's slope still exceeds FTRL-FW's by > 0.3.
 
 Each learner's one free scale (FTRL-FW: eta's multiplier; Hedge: its rate's; FTPL: its noise's)
-is chosen from the same grid (0.5, 1, 2) by the mean regret on validation seeds (100-102) at
+is chosen from the same grid (0.25, 0.5, 1, 2) by the mean regret on validation seeds (100-102) at
 T = 500 against the adaptive adversary: the same budget and rule for the method and the
 baselines. Everything runs in float64 (`jax.enable_x64`): the stopping rule compares gaps of
 order 1 to sums of thousands of terms.
@@ -44,7 +44,7 @@ from methods.hybrid_online import game
 from methods.hybrid_online import learner as ftrl
 from methods.hybrid_online import simulate as sim
 
-SCALE_GRID = (0.5, 1.0, 2.0)
+SCALE_GRID = (0.25, 0.5, 1.0, 2.0)
 VALIDATION_SEEDS = (100, 101, 102)
 TUNED = ("ftrl_fw", "hedge", "ftpl")  # FTL has nothing to tune
 
