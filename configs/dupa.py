@@ -33,7 +33,7 @@ SIZES = {
     # The notes' tiny DDT (patch 2 -> 16 tokens, 4 + 2 blocks, align at encoder block 2 of 4,
     # i.e. index 1) at the width and length the experiment affords on 2 shared cores.
     "quick": dict(d=32, heads=2, ff=64, enc=4, dec=2, align=1, steps=150, batch=32, samples=100),
-    "full": dict(d=64, heads=4, ff=128, enc=4, dec=2, align=1, steps=600, batch=32, samples=200),
+    "full": dict(d=64, heads=4, ff=128, enc=4, dec=2, align=1, steps=450, batch=32, samples=200),
 }
 
 

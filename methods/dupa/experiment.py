@@ -7,7 +7,7 @@ toward the frozen digits classifier's feature map (an in-domain "external encode
 pairs the arms: the same network init and the same stream of training images.
 
 One recipe for every arm, fixed before the first full run and untuned: AdamW 1e-3 (constant
-after a 10 % warm-up, clipping at 1), B = 32 images per step, 600 steps, EMA 0.999 with
+after a 10 % warm-up, clipping at 1), B = 32 images per step, 450 steps, EMA 0.999 with
 warm-up, label dropout 0.1. Evaluation of the EMA weights at every third of training
 (`methods/dupa/evaluation.py`): Euler 50 steps, CFG 1.5 on t in [0.3, 1], FD-digits of 200
 samples against the real test split (360 images), conditional accuracy, and the linear probe of
@@ -38,7 +38,7 @@ from core.claims import IntervalClaim, Report
 from methods.dupa import evaluation, make, model_config
 
 SEEDS = (0, 1, 2)
-ARMS = ("ddt", "ddt_2b", "dual", "dupa", "dupa_sg", "repa")
+ARMS = ("ddt", "dupa", "ddt_2b", "dual", "dupa_sg", "repa")
 LABELS = {
     "ddt": "DDT, batch B",
     "ddt_2b": "DDT, batch 2B",
@@ -64,9 +64,10 @@ class Settings:
     max_step_fraction: float
 
 
-# Sized on the loaded 2-core machine (load 7-9; measured: 40 ms per DDT-B step, 140 ms per
-# dual-path step, 18 s per evaluation of 250 samples): 600 steps, 3 evaluations of 200 samples.
-FULL = Settings("full", ARMS, 600, 3, 200, 50, 0.05, 0.01, 0.8)
+# Sized on the loaded 2-core machine (load 7-11 from other jobs): a first full run at 600 steps
+# and 3 evaluations took 6.5 min per (arm, seed) (DDT at 2B), about 2 hours for the 18 runs, and
+# was stopped after two runs; this one trains 450 steps with 3 evaluations of 200 samples.
+FULL = Settings("full", ARMS, 450, 3, 200, 50, 0.05, 0.01, 0.8)
 QUICK = Settings("quick", ("ddt", "dupa"), 150, 1, 100, 25, 0.05, 0.01, 0.8)
 
 
@@ -124,8 +125,9 @@ def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:
     s = QUICK if quick else FULL
     code = results.code_version("dupa")["source_hash"]
     rows, curves, samples = [], {}, {}
-    for seed in seeds:
-        for arm in s.arms:
+    # Arm by arm, the arms the claims compare first: a run cut short still has whole arms.
+    for arm in s.arms:
+        for seed in seeds:
             out = cached_run(run_config(s, arm, seed, workdir), workdir, code, f"{arm} seed {seed}")
             final = {k: out["final"][k] for k in ("fd", "cond_accuracy", "probe_accuracy")}
             rows.append({"arm": arm, "seed": seed, **final, "seconds": out["seconds"]})

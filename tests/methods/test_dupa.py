@@ -68,18 +68,21 @@ def test_paths_share_one_stacked_forward_equal_to_separate_forwards():
     params = jax.tree.map(lambda p: p + 0.05 * jnp.sin(jnp.arange(p.size).reshape(p.shape)), params)
     x = jax.random.uniform(jax.random.key(1), (3, 8, 8, 1), minval=-1, maxval=1)
     y = jnp.array([1, 5, 10])  # 10: the null class
-    out = align.paths_forward(
-        CFG, params, x, y, jax.random.key(2), paths=2, align_at="encoder/blocks/1"
+    # Jitted (one compile each): op-by-op DiT forwards cost several times more on a loaded CPU.
+    stacked = jax.jit(
+        lambda p, x, y, r: align.paths_forward(
+            CFG, p, x, y, r, paths=2, align_at="encoder/blocks/1"
+        )
     )
+    separate = jax.jit(lambda p, x, t, y: dit.apply(CFG, p, x, t, y, capture=("encoder/blocks/1",)))
+    out = stacked(params, x, y, jax.random.key(2))
     assert out.velocity_KBHWC.shape == (2, 3, 8, 8, 1)
     assert out.features_KBND.shape == (2, 3, 16, 32)
     assert not np.allclose(out.t_KB[0], out.t_KB[1])  # independent t per path
     for k in range(2):
         eps = x - out.target_KBHWC[k]
         t = out.t_KB[k][:, None, None, None]
-        v, captured = dit.apply(
-            CFG, params, t * x + (1 - t) * eps, out.t_KB[k], y, capture=("encoder/blocks/1",)
-        )
+        v, captured = separate(params, t * x + (1 - t) * eps, out.t_KB[k], y)
         # Rows of a batched float32 matmul: the same math, XLA may block it differently.
         np.testing.assert_allclose(out.velocity_KBHWC[k], v, atol=1e-5)
         np.testing.assert_allclose(out.features_KBND[k], captured["encoder/blocks/1"], atol=1e-5)
@@ -99,7 +102,7 @@ def test_projector_is_not_zero_at_init_and_the_alignment_trains_the_encoder():
             "align_loss"
         ]
 
-    grads = jax.grad(alignment)(state["params"])
+    grads = jax.jit(jax.grad(alignment))(state["params"])
     assert float(jnp.abs(grads["projector"]["hidden"]["w"]).max()) > 0
     assert float(jnp.abs(grads["net"]["encoder"]["embed"]["kernel"]).max()) > 0
 
