@@ -62,6 +62,23 @@ def test_gradient_step_applies_the_optimizer_and_ema_tracks_the_params():
     assert set(metrics) >= {"loss", "grad_norm", "max"}
 
 
+@pytest.mark.parametrize("n, expected_decay", [(0, 0.1), (90, 0.91), (10_000, 0.99)])
+def test_ema_warmup_decay_follows_the_update_count(n, expected_decay):
+    """With warmup the decay after n updates is min(decay, (1 + n) / (10 + n)): 0.1 at the
+    first step (the EMA mostly the new params), the configured decay late in a run."""
+    batch, params = data()
+    tx = optax.sgd(0.1)
+    ema0 = {"w": jnp.zeros(3)}
+    state = TrainState(jnp.int32(n), jax.random.PRNGKey(0), params, tx.init(params), {"ema": ema0})
+    new, _ = with_ema(gradient_step(mse, tx), decay=0.99, warmup=True)(
+        state, batch, rng=jax.random.PRNGKey(2)
+    )
+    # float32 arithmetic on values of order 1.
+    np.testing.assert_allclose(
+        new.extra["ema"]["w"], (1 - expected_decay) * new.params["w"], rtol=1e-5
+    )
+
+
 def test_with_schedules_shows_the_loss_a_function_of_the_step_without_keeping_it():
     """The loss sees extra["scale"] = schedule(state.step) (here it scales the targets, so the
     gradient depends on it); the returned state's extra is the input's; the value is logged."""
