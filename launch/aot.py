@@ -37,6 +37,7 @@ LARGEST = {
     "soft_thinking": ("configs/soft_thinking.py:size=full", {"train.batch_size": 256}),
     "flow_mtp": ("configs/flow_mtp.py:size=toy", {"train.batch_size": 256}),
     "vwf_dyslexia": ("configs/vwf_dyslexia.py:size=small", {"train.batch_size": 256}),
+    "dupa": ("configs/dupa.py:size=full,arm=dupa", {"train.batch_size": 256}),
     # One round per step in the full run; 256 rounds per step over 8 steps: T = 2048.
     "hybrid_online": (
         "configs/hybrid_online.py:size=full",
