@@ -51,13 +51,16 @@ MARKERS = {"tpu": "tpu_custom_call", "gpu": "__gpu$xla.gpu.triton"}
 def test_smoke_config_compiles_for_small_tpu_targets(method, target):
     """Every method's smoke config, its training step as core.train jits it: fits the chip and
     sums its gradients (or DEQL's Gram matrix) across chips, over the slices too; a sequential
-    learner (replicated state, rounds played in order) gathers the batch's rounds instead."""
+    learner (replicated state, rounds played in order) brings every round to every chip."""
     spec, overrides = launch_aot.SMOKE[method]
     row = launch_aot.compile_for(method, spec, overrides, target)
     assert row.chips == {"v5e:2x2": 4, "2xv5e:2x2": 8}[target]
     assert 0 < row.analysis.memory_fraction < 1
-    across_chips = "all-gather" if method in SEQUENTIAL else "all-reduce"
-    assert row.analysis.collectives[across_chips] > 0
+    collectives = row.analysis.collectives
+    if method in SEQUENTIAL:  # XLA picks the collective (a gather, or a sum of masked rows)
+        assert sum(collectives.values()) > 0
+    else:
+        assert collectives["all-reduce"] > 0
     assert row.analysis.flops > 0
 
 
