@@ -1,6 +1,7 @@
 """A run cache keyed by config and code: one expensive run (a seed of a model) computed once.
 
     value = cache.cached(compute, config=config, code=code_hash, root=f"{workdir}/cache")
+    value = cache.cached_run(train_and_evaluate, config, code_hash, workdir, label)
 
 `compute()` returns a JSON-serialisable value (e.g. a run's evaluation rows). It is stored in
 `<root>/<key>.json` with the config and code hash beside it, where `key` hashes both: the same
@@ -71,3 +72,19 @@ def entries(root: str) -> list[Mapping]:
             with open(os.path.join(root, name)) as f:
                 out.append(json.load(f))
     return out
+
+
+def cached_run(
+    train_and_evaluate: Callable[[Any, str], Any], config: Any, code: str, workdir: str, label: str
+) -> Any:
+    """`train_and_evaluate(config, run_dir)` through `cached`: the run trains in
+    `<workdir>/runs/<key>` (its checkpoints resume a preempted run) and its value is stored
+    under `<workdir>/cache`."""
+    print(f"-- {label}: {config.train.steps} steps", flush=True)
+    run_dir = os.path.join(workdir, "runs", key(config, code))
+    return cached(
+        lambda: train_and_evaluate(config, run_dir),
+        config=config,
+        code=code,
+        root=os.path.join(workdir, "cache"),
+    )

@@ -53,6 +53,31 @@ from core.nn import attention, layers
 POSITIONS = ("sincos", "learned", "none")
 
 
+def check_image_blocks(cfg, who: str) -> None:
+    """The checks an image transformer's config shares (DiTConfig, core.nn.vit.ViTConfig):
+    heads dividing d_model, the position encoding, the attention impl and the dtypes."""
+    if cfg.d_model % cfg.num_heads:
+        raise ConfigError(
+            f"{who}.d_model={cfg.d_model} must be divisible by num_heads={cfg.num_heads}"
+        )
+    if cfg.position not in POSITIONS:
+        raise ConfigError(
+            f"{who}.position: unknown {cfg.position!r}; expected one of: " + ", ".join(POSITIONS)
+        )
+    if cfg.position == "sincos" and cfg.d_model % 4:
+        raise ConfigError(
+            f"{who}.d_model={cfg.d_model} must be divisible by 4 for position='sincos'"
+        )
+    try:
+        attention.check_impl(cfg.attention_impl)
+    except ValueError as e:
+        raise ConfigError(f"{who}.attention_impl: {e}") from None
+    for name in ("dtype", "param_dtype"):
+        value = getattr(cfg, name)
+        if not layers.is_float_dtype(value):
+            raise ConfigError(f"{who}.{name} must name a float dtype, got {value!r}")
+
+
 @dataclasses.dataclass(frozen=True)
 class DiTConfig:
     """Hyperparameters; frozen and hashable so it can be a static jit argument."""
@@ -87,29 +112,9 @@ class DiTConfig:
                 f"DiTConfig.image_size={self.image_size} must be divisible by "
                 f"patch_size={self.patch_size}"
             )
-        if self.d_model % self.num_heads:
-            raise ConfigError(
-                f"DiTConfig.d_model={self.d_model} must be divisible by num_heads={self.num_heads}"
-            )
         if self.freq_dim % 2:
             raise ConfigError(f"DiTConfig.freq_dim must be even, got {self.freq_dim}")
-        if self.position not in POSITIONS:
-            raise ConfigError(
-                f"DiTConfig.position: unknown {self.position!r}; expected one of: "
-                + ", ".join(POSITIONS)
-            )
-        if self.position == "sincos" and self.d_model % 4:
-            raise ConfigError(
-                f"DiTConfig.d_model={self.d_model} must be divisible by 4 for position='sincos'"
-            )
-        try:
-            attention.check_impl(self.attention_impl)
-        except ValueError as e:
-            raise ConfigError(f"DiTConfig.attention_impl: {e}") from None
-        for name in ("dtype", "param_dtype"):
-            value = getattr(self, name)
-            if not layers.is_float_dtype(value):
-                raise ConfigError(f"DiTConfig.{name} must name a float dtype, got {value!r}")
+        check_image_blocks(self, "DiTConfig")
 
     @property
     def grid(self) -> int:

@@ -30,7 +30,7 @@ from flax import nnx
 from core.errors import ConfigError
 from core.nn import attention, dit, layers
 
-POSITIONS = ("sincos", "learned", "none")
+POSITIONS = dit.POSITIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,28 +62,7 @@ class ViTConfig:
                     f"ViTConfig.{name}={getattr(self, name)} must be divisible by "
                     f"patch_size={self.patch_size}"
                 )
-        if self.d_model % self.num_heads:
-            raise ConfigError(
-                f"ViTConfig.d_model={self.d_model} must be divisible by num_heads={self.num_heads}"
-            )
-        if self.position not in POSITIONS:
-            raise ConfigError(
-                f"ViTConfig.position: unknown {self.position!r}; expected one of: "
-                + ", ".join(POSITIONS)
-            )
-        if self.position == "sincos" and self.d_model % 4:
-            raise ConfigError(
-                f"ViTConfig.d_model={self.d_model} must be divisible by 4 for position='sincos'"
-            )
-        try:
-            attention.check_impl(self.attention_impl)
-        except ValueError as e:
-            raise ConfigError(f"ViTConfig.attention_impl: {e}") from None
-        for name in ("dtype", "param_dtype"):
-            if not layers.is_float_dtype(getattr(self, name)):
-                raise ConfigError(
-                    f"ViTConfig.{name} must name a float dtype, got {getattr(self, name)!r}"
-                )
+        dit.check_image_blocks(self, "ViTConfig")
 
     @property
     def grid(self) -> tuple[int, int]:

@@ -111,14 +111,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 
 def cached_run(config, workdir: str, code: str, label: str) -> dict:
-    print(f"-- dupa/{label}: {config.train.steps} steps", flush=True)
-    run_dir = os.path.join(workdir, "runs", cache.key(config, code))
-    return cache.cached(
-        lambda: train_and_evaluate(config, run_dir),
-        config=config,
-        code=code,
-        root=os.path.join(workdir, "cache"),
-    )
+    return cache.cached_run(train_and_evaluate, config, code, workdir, f"dupa/{label}")
 
 
 def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:

@@ -94,14 +94,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 
 def cached_run(config, workdir: str, code: str, label: str) -> dict:
-    print(f"-- flow_mtp/{label}: {config.train.steps} steps", flush=True)
-    run_dir = os.path.join(workdir, "runs", cache.key(config, code))
-    return cache.cached(
-        lambda: train_and_evaluate(config, run_dir),
-        config=config,
-        code=code,
-        root=os.path.join(workdir, "cache"),
-    )
+    return cache.cached_run(train_and_evaluate, config, code, workdir, f"flow_mtp/{label}")
 
 
 def choose_lr(s: Settings, variant: str, workdir: str, code: str) -> tuple[float, dict]:

@@ -75,6 +75,21 @@ def test_cache_reuses_a_run_only_for_the_same_config_and_code(tmp_path):
     assert not [f for f in os.listdir(root) if f.endswith(".tmp")]
 
 
+def test_cached_run_trains_in_a_run_dir_of_its_key_once(tmp_path):
+    config = ConfigDict({"train": {"steps": 3}, "lr": 0.1})
+    dirs = []
+
+    def train_and_evaluate(cfg, run_dir):
+        dirs.append(run_dir)
+        return {"steps": cfg.train.steps}
+
+    for _ in range(2):
+        out = cache.cached_run(train_and_evaluate, config, "code", str(tmp_path), "a run")
+        assert out == {"steps": 3}
+    assert dirs == [os.path.join(tmp_path, "runs", cache.key(config, "code"))]  # trained once
+    assert len(cache.entries(os.path.join(tmp_path, "cache"))) == 1
+
+
 def test_cache_does_not_trust_an_entry_whose_config_differs(tmp_path):
     # Same file name (as after a hash collision or a hand edit) but another config inside.
     config, root = {"seed": 0}, str(tmp_path)
