@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from core import data
+from core.errors import ConfigError
 from core.method import Method
 from core.nn import transformer, vit, vlm
 from core.precision import compute_dtype
@@ -98,6 +99,13 @@ def make(config) -> Method:
         del rng
         return task_accuracy(cfg, state.params, batch)
 
+    num_eval = config.eval.num_examples
+    if num_eval <= 0 or num_eval % batch_size:
+        raise ConfigError(
+            f"eval.num_examples={num_eval} must be a positive multiple of train.batch_size="
+            f"{batch_size} (the evaluation reads whole batches of the held-out stream)"
+        )
+
     def dataset(split, *, shard, seed):
         strings = tasks.letter_strings("eval" if split == "eval" else "train")
         example = functools.partial(tasks.example, strings=strings)
@@ -107,7 +115,7 @@ def make(config) -> Method:
                 global_batch=batch_size,
                 seed=seed + EVAL_SEED_OFFSET,
                 shard=shard,
-                num_batches=max(1, config.eval.num_examples // batch_size),
+                num_batches=num_eval // batch_size,
             )
         return data.synthetic(example, global_batch=batch_size, seed=seed, shard=shard)
 

@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
+import methods
+from configs import vwf_dyslexia as vwf_config
+from core.errors import ConfigError
 from methods.vwf_dyslexia import stimuli, tasks
 
 
@@ -109,3 +112,10 @@ def test_eval_letter_strings_are_never_trained_on():
     assert 0.05 < len(held_out.words) / len(train.words) < 0.15  # EVAL_FRACTION 0.1
     ex = tasks.example(np.random.default_rng(0), held_out)
     assert ex["image"].shape == (32, 128, 1) and ex["task"] in range(len(tasks.TASKS))
+
+
+def test_an_eval_set_that_is_not_whole_batches_is_refused():
+    config = vwf_config.get_config("size=smoke")
+    config.eval.num_examples = config.train.batch_size + 4  # would drop 4 examples silently
+    with pytest.raises(ConfigError, match="multiple of train.batch_size"):
+        methods.make(config)
