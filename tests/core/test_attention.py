@@ -149,9 +149,11 @@ def manual_forward(params, tokens_BT):
         x = x + y
         m = p["mlp"]
         h = _rms(x, p["mlp_norm"]["scale"])
-        mlp = (jax.nn.silu(h @ m["gate"]["kernel"]) * (h @ m["up"]["kernel"])) @ m["down"]["kernel"]
+        gate = h @ m["gate"]["kernel"]  # before SiLU: the unit lesions' capture
+        mlp = (jax.nn.silu(gate) * (h @ m["up"]["kernel"])) @ m["down"]["kernel"]
         x = x + mlp
-        out |= {f"blocks/{i}/attn": y, f"blocks/{i}/mlp": mlp, f"blocks/{i}": x}
+        out |= {f"blocks/{i}/attn": y, f"blocks/{i}/mlp": mlp, f"blocks/{i}/mlp/gate": gate}
+        out[f"blocks/{i}"] = x
     out["final_norm"] = _rms(x, params["final_norm"]["scale"])
     return out, out["final_norm"] @ params["lm_head"]["kernel"]
 
