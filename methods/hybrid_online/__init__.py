@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core import data
+from core import data, precision
 from core.errors import ConfigError
 from core.method import Method
 from methods.hybrid_online import learner as ftrl
@@ -58,11 +58,11 @@ def settings_from(config) -> ftrl.Settings:
     _check("loss", h.loss, tuple(LOSSES))
     _check("adversary", h.adversary, ADVERSARIES)
     _check("distribution", h.distribution, DISTRIBUTIONS)
-    if config.dtype != "float32":
-        raise ConfigError(
-            f"dtype={config.dtype!r}: hybrid_online runs through core.train in float32 only "
-            "(the experiment runs the same functions in float64)"
-        )
+    precision.compute_dtype(
+        config.dtype,
+        ("float32",),
+        "through core.train; the experiment runs the same functions in float64",
+    )
     T = horizon(config)
     if T < 2:
         raise ConfigError(f"train.steps * train.batch_size = {T}: the horizon needs T >= 2 rounds")

@@ -300,7 +300,7 @@ def test_config_errors_are_one_line():
         hybrid.make(config)
     config = smoke_config()
     config.dtype = "bfloat16"
-    with pytest.raises(ConfigError, match="float32 only"):
+    with pytest.raises(ConfigError, match="dtype='bfloat16' is not supported by this method"):
         hybrid.make(config)
 
 
