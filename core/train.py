@@ -387,9 +387,11 @@ def run(
     target = abstract_with_shardings(session.state, session.state_shardings)
     state = ckpt.restore_latest_good(target, session.data_iter) or session.state
     start = int(state.step)
-    if start and is_main:
+    if is_main:
+        # Also at step 0: a run killed before its first checkpoint committed left rows to drop.
         workdir_lib.rewind_metrics(workdir, start)
-        print(f"resumed from {ckpt.directory}/{start}", flush=True)
+        if start:
+            print(f"resumed from {ckpt.directory}/{start}", flush=True)
     logger = MetricsLogger(
         workdir,
         total_steps=train.steps,

@@ -199,6 +199,17 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous(tmp_path, how, sho
     assert len(os.listdir(workdir / DAMAGED)) == 1
 
 
+def test_a_run_killed_before_its_first_checkpoint_restarts_its_metrics(tmp_path, short_run):
+    # As if the first save had not committed when the job died: metrics rows, no checkpoint.
+    config = short_config()
+    workdir = tmp_path / "early"
+    shutil.copytree(short_run[1], workdir)
+    shutil.rmtree(workdir / "checkpoints")
+    train.run(config, methods.make(config), str(workdir))
+    assert [step for step, _ in losses(workdir)] == list(range(1, 13))
+    assert losses(workdir) == losses(short_run[1])
+
+
 def test_no_good_checkpoint_is_a_clear_error(tmp_path, short_run):
     config = short_config()
     workdir = tmp_path / "damaged"
