@@ -27,7 +27,7 @@ SIZES = {
         lr=1e-3,
         max_start=8,
     ),
-    # The notes' toy run: 2 layers, d = 64, L = 16, batch 64, AdamW 3e-3, warmup + cosine.
+    # Our plan's toy run: 2 layers, d = 64, L = 16, batch 64, AdamW 3e-3, warmup + cosine.
     "toy": dict(
         num_layers=2,
         d_model=64,

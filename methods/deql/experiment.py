@@ -32,7 +32,7 @@ from core.claims import Claim, Report
 from methods.deql import Hyper, data, evaluate_W, fit_host, metrics
 
 MODELS = ("EASE", "EDLAE", "DEQL(plain)", "DEQL(L2)")
-# "Far below": the notes' ablation has DEQL(plain) 0.035 / 0.032 Recall@20 under DEQL(L2) on
+# "Far below": the paper's ablation has DEQL(plain) 0.035 / 0.032 Recall@20 under DEQL(L2) on
 # Games / Beauty (12 % / 23 % relative). 0.01 is 2.5 % of ML-100k's ~0.40 and about 2 standard
 # errors of the paired gap measured over FULL's 10 splits (+0.0182 +/- 0.0044, README).
 PLAIN_GAP = 0.01
@@ -58,10 +58,10 @@ class Setting:
     l2_lams: tuple[float, ...]
 
 
-# The notes' grids (a = 1; b in {0.1, 0.25, 0.5, ..., 2}; p in {0.1, 0.25, 0.5, 0.75}; lam in
+# Our plan's grids (a = 1; b in {0.1, 0.25, 0.5, ..., 2}; p in {0.1, 0.25, 0.5, 0.75}; lam in
 # {10, 70, 100, 300, 500}), widened where a model's choice sat on an edge in a first 5-split
 # run (EASE lam 30; DEQL(plain) p 0.75: plain gets p = 0.9 too, so its gap is not an artefact of
-# a short grid) and thinned in b for DEQL(L2); lam 30 added (the notes' best on ML-100k). lam on
+# a short grid) and thinned in b for DEQL(L2); lam 30 added (our plan's best on ML-100k). lam on
 # DEQL's scale is about p (1 - p)^2 ~ 1/8 of EDLAE's. 257 fits per split, ~30 s on 2 cores.
 B_GRID = (0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0)
 FULL = Setting(

@@ -53,7 +53,7 @@ class Settings:
     target_fraction: float  # of L: O-PTP's correct prefix
 
 
-# Full: the notes' toy (2 layers, d = 64, L = 16; AdamW, warmup + cosine) at batch 32 and a
+# Full: our plan's toy (2 layers, d = 64, L = 16; AdamW, warmup + cosine) at batch 32 and a
 # context of up to 8 tokens instead of batch 64: on 2 shared cores a batch of 64 x 32 tokens
 # cost 6x the step time of 32 x 24 (XLA:CPU under load), and the toy's next token depends on
 # the last context token only. Completions start anywhere in the first 64 tokens (token values
@@ -99,7 +99,7 @@ def cached_run(config, workdir: str, code: str, label: str) -> dict:
 
 def choose_lr(s: Settings, variant: str, workdir: str, code: str) -> tuple[float, dict]:
     """The grid's best validation correct prefix at the short budget (seed 0)."""
-    if not s.select_steps:  # quick: the notes' rate, no search
+    if not s.select_steps:  # quick: our plan's rate, no search
         return 3e-3, {}
     by_point = {}
     for lr in LR_GRID:

@@ -37,7 +37,7 @@ class Loss(NamedTuple):
 LOSSES = {
     "squared": Loss("squared", lambda a, y: (a - y) ** 2, lambda a, y: 2 * (a - y), 2.0),
     # |a - y| on [0, 1] with y binary is a for y = 0 and 1 - a for y = 1: linear in a already,
-    # so the linearisation (OCO -> OLO) the notes ask for is exact, and smooth for Frank-Wolfe.
+    # so the linearisation (OCO -> OLO) of the reduction is exact, and smooth for Frank-Wolfe.
     "absolute": Loss("absolute", lambda a, y: a + y - 2 * a * y, lambda a, y: 1 - 2 * y, 1.0),
     # The games corollary's bilinear payoff u(a, b) = (2a - 1)(2b - 1) (min player a).
     "bilinear": Loss(

@@ -1,6 +1,6 @@
 """Does FTRL-FW reach sqrt(T) regret where FTL's is linear, at O(T^2) oracle calls, and does
 the games corollary's exploitability fall like 1/sqrt(m)? (The paper has no experiments; this
-is the notes' numerical study.)
+is a numerical study of our own design.)
 
 Main part: X = [0, 1], D = U[0, 1], H = thresholds, R = thresholds and reversed thresholds,
 the absolute loss (linear in the prediction, so an improper mixture cannot beat the best fixed

@@ -66,7 +66,7 @@ def settings(
     max_iters: int = 100_000,
 ) -> Settings:
     """The paper's step sizes at horizon T. The gap tolerance is epsilon = gap_scale / eta on
-    F_t (the notes' 1/(eta T) on the objective normalised by T; README, "Choices")."""
+    F_t (1/(eta T) on the objective normalised by T; README, "Choices")."""
     eta = eta_scale * theory_eta(T, LOSSES[loss].lipschitz)
     return Settings(T, eta, gap_scale / eta, max_iters, h_class, loss)
 

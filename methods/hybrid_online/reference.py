@@ -1,4 +1,4 @@
-"""The learner in plain NumPy (float64), written from the notes rather than from learner.py:
+"""The learner in plain NumPy (float64), written from our reading of the paper, not from learner.py:
 the tests compare the two, and the benchmark times them on the same rounds.
 
 Samples live in arrival order; each round sorts them (`np.argsort`), so nothing is shared with

@@ -15,7 +15,7 @@ Encodings (`cfg.encoding`), both with `num_features` (M) outputs and the same ML
          tanh. Every bin parameter is trained (unless frozen). Initialisation (the paper does
          not publish one; ours): centres uniform on [-0.85, 0.85]^2, sides uniform on
          [0.05, 0.5] of the field of view (2 units), theta uniform on [0, pi/2) (with theta
-         = 0, the notes' proposal, a rotated object's walls become staircases of axis-aligned
+         = 0, our first plan, a rotated object's walls become staircases of axis-aligned
          boxes: 27.5 against 31.3 dB at 128^2, 16 views; README), lam = 1, and
          k = s / pixel with the steepness scales s of `cfg.steepness` assigned in turn, so a
          bin's edge spans 1/s pixels (s ~ 1-5: steeper bins from a random start learn worse,

@@ -43,7 +43,7 @@ CONFIDENCES = ("verbalized", "verbalized_mean", "answer_prob", "probe", "ideal")
 FAMILIES = (witness.IN_DOMAIN, witness.OUT_OF_DOMAIN)
 # "Within about 2 points" (the issue; the paper: 63.0 vs 62.1 on HotpotQA, 72.9 vs 72.7 maths).
 ACC_TOL = 0.02
-# The notes' expectation for this task: ECE <= 0.05 and Brier within 0.01-0.02 of the floor.
+# Our plan's expectation for this task: ECE <= 0.05 and Brier within 0.01-0.02 of the floor.
 ECE_TARGET = 0.05
 BRIER_GAP = 0.02
 # "Far below": the paper's HotpotQA ECE is 0.03 vs 0.37 (x12); we ask for x3.
