@@ -114,3 +114,57 @@ def test_greedy_evaluation_reads_answers_and_states_through_the_transformer():
     assert np.all(out["q"][~out["format_ok"]] == 0) and np.all(
         out["answer"][~out["format_ok"]] == -1
     )
+
+
+def _program_policy(transitions_VV):
+    """A transformer whose next-token logits depend only on the current token: one-hot
+    embeddings, attention and MLP outputs zeroed (every block adds 0 to the residual), and an
+    output head that reads row `transitions_VV[token]` (up to the final norm's constant
+    scale). Greedy decoding then follows the table, so every position is known."""
+    V = witness.VOCAB_SIZE
+    cfg = transformer.TransformerConfig(
+        vocab_size=V, num_layers=1, d_model=48, num_heads=2, d_ff=16, max_len=19,
+        dtype="float32",
+    )  # fmt: skip
+    params = jax.tree_util.tree_map(np.asarray, transformer.init_params(cfg, jax.random.key(0)))
+    params["embed"]["embedding"] = np.eye(V, cfg.d_model, dtype=np.float32)
+    params["blocks"][0]["attn"]["o"]["kernel"] = np.zeros((48, 48), np.float32)
+    params["blocks"][0]["mlp"]["down"]["kernel"] = np.zeros((16, 48), np.float32)
+    head_DV = np.zeros((cfg.d_model, V), np.float32)
+    head_DV[:V] = transitions_VV / np.sqrt(cfg.d_model)  # RMSNorm scales a one-hot by sqrt(D)
+    params["lm_head"]["kernel"] = head_DV
+    return cfg, params
+
+
+def test_evaluation_readouts_sit_at_the_answer_digit_and_the_confidence_tag():
+    # Greedy completion [free, ANS, 3, CONF, 0.70, EOS]: the hidden state is read where the
+    # answer digit is the input, mean_q where CONF is; a readout one position off lands on a
+    # different token (a different one-hot hidden state, a uniform confidence distribution).
+    free, digit, q_tok = witness.DIGIT0 + 7, witness.DIGIT0 + 3, witness.CONF0 + 14
+    T_VV = np.zeros((witness.VOCAB_SIZE, witness.VOCAB_SIZE), np.float32)
+    for token, nxt in [
+        (witness.SEP, free), (free, witness.ANS), (digit, witness.CONF), (q_tok, witness.EOS),
+    ]:  # fmt: skip
+        T_VV[token, nxt] = 20.0
+    T_VV[witness.ANS, digit], T_VV[witness.ANS, digit + 1] = 3.0, 2.0  # answer prob < 1
+    T_VV[witness.CONF, witness.CONF0 :] = np.linspace(-2.0, 2.0, len(witness.CONF_VALUES))
+    T_VV[witness.CONF, q_tok] = 4.0  # the mode, stated greedily; the mean differs from it
+    cfg, params = _program_policy(T_VV)
+    data = witness.sample(np.random.default_rng(0), 3, witness.IN_DOMAIN)
+    out = evaluation.answer(cfg, params, data)
+    assert out["format_ok"].all() and (out["answer"] == 3).all()
+    np.testing.assert_allclose(out["q"], 0.7)
+
+    def single_token(fn, token):  # every block adds 0, so a lone token gives its readout
+        return np.asarray(fn(cfg, params, jnp.array([[token]]))[0, 0])
+
+    logits = lambda *a: transformer.apply(*a)[0]  # noqa: E731
+    hidden_D = single_token(transformer.features, digit)
+    np.testing.assert_allclose(out["hidden"], np.tile(hidden_D, (3, 1)))  # same ops: ~exact
+    conf_probs_K = jax.nn.softmax(single_token(logits, witness.CONF)[witness.CONF0 :])
+    expected_mean_q = float(conf_probs_K @ np.asarray(witness.CONF_VALUES))
+    assert abs(expected_mean_q - 0.5) > 0.1  # the neighbours' rows give exactly 0.5
+    # float32 softmax and a 21-term dot: rounding ~1e-7; 1e-5 leaves room for the reduction order
+    np.testing.assert_allclose(out["mean_q"], expected_mean_q, atol=1e-5)
+    answer_prob = jax.nn.softmax(single_token(logits, witness.ANS))[digit]
+    np.testing.assert_allclose(out["answer_prob"], answer_prob, rtol=1e-5)  # same rounding
