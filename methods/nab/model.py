@@ -172,9 +172,14 @@ def first_layer(cfg: ModelConfig, params: dict, frozen: dict, coords_N2, k_scale
     if cfg.encoding == "nab":
         bins = binned_encoding.Bins(**bins_of(params, frozen, k_scale))
         return _encode_dense(cfg.impl)(coords_N2, bins, layer["w"], layer["b"])
-    proj_NH = 2.0 * jnp.pi * coords_N2 @ frozen["B"].T
-    features_NM = jnp.concatenate([jnp.cos(proj_NH), jnp.sin(proj_NH)], axis=1)
-    return features_NM @ layer["w"] + layer["b"]
+    return rff_features(coords_N2, frozen["B"]) @ layer["w"] + layer["b"]
+
+
+def rff_features(coords_N2, B_H2) -> jax.Array:
+    """[cos 2 pi B c, sin 2 pi B c], float32 [N, 2H]: phi(x) . phi(y) / H estimates the
+    Gaussian kernel exp(-2 pi^2 sigma^2 |x - y|^2) when B ~ N(0, sigma^2) (Tancik et al.)."""
+    proj_NH = 2.0 * jnp.pi * coords_N2 @ B_H2.T
+    return jnp.concatenate([jnp.cos(proj_NH), jnp.sin(proj_NH)], axis=1)
 
 
 def _encode_dense(impl: str):

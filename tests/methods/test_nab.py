@@ -54,6 +54,28 @@ def test_frozen_bin_parameters_stay_out_of_the_trainable_params():
     assert "bins" not in rff_params and rff_frozen["B"].shape == (8, 2)
 
 
+@pytest.mark.parametrize("sigma", [0.5, 2.0])
+def test_rff_features_estimate_the_gaussian_kernel_of_their_sigma(sigma):
+    """B ~ N(0, sigma^2) in cycles per unit: E[phi(x) . phi(y)] / H = E[cos 2 pi b . (x - y)]
+    = exp(-2 pi^2 sigma^2 |x - y|^2). Offsets are picked where that kernel is 0.9, 0.5 and
+    0.1, so a missing 2 pi (kernel > 0.97 at all three) or sigma^2 / 1/sigma for sigma (at
+    sigma != 1) lands many standard errors away."""
+    H = 8192
+    cfg = _small(encoding="rff", num_features=2 * H, rff_sigma=sigma)
+    _, frozen = model.init_params(cfg, KEY)
+    target_K = np.array([0.9, 0.5, 0.1])
+    dist_K = np.sqrt(-np.log(target_K) / (2 * np.pi**2 * sigma**2))
+    direction = np.array([0.6, -0.8])  # any unit vector: the kernel is isotropic
+    origin = np.array([0.1, 0.2])
+    coords = np.concatenate([origin[None], origin + dist_K[:, None] * direction]).astype("f4")
+    phi_PM = np.asarray(model.rff_features(jnp.asarray(coords), frozen["B"]), np.float64)
+    estimate_K = phi_PM[1:] @ phi_PM[0] / H
+    np.testing.assert_allclose(phi_PM[0] @ phi_PM[0] / H, 1.0, rtol=1e-5)  # cos^2 + sin^2
+    # H iid terms cos(2 pi b . d), variance (1 - k^2)^2 / 2: five standard errors of the mean
+    tolerance_K = 5 * (1 - target_K**2) / np.sqrt(2 * H)
+    assert np.all(np.abs(estimate_K - target_K) < tolerance_K), (estimate_K, tolerance_K)
+
+
 def test_initial_steepness_is_set_in_pixels():
     cfg = _small(size=64, steepness=(1.5, 3.0))
     bins = model.init_bins(cfg, KEY)
