@@ -1,15 +1,12 @@
 """CSNN model (methods/csnn/model.py): every kind and ablation runs with finite logits and
 gradients, permutation equivariance, the ablation flags change the computation, and a short
-Minesweeper training run comparing CSNN with GCN by test AUROC."""
-
-import dataclasses
+training run on a planted task that only messages from the neighbours solve."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from sklearn.metrics import roc_auc_score
 
 from methods.csnn import data, graph_ops, model
 
@@ -128,7 +125,8 @@ def test_single_operator_and_conformal_change_output():
     assert np.abs(cT_N - 1.0).max() > 1e-3
 
 
-def _train_auroc(cfg, graph, train_idx, test_idx, steps=300, lr=3e-3):
+def _trained_logits(cfg, graph, train_idx, steps=100, lr=1e-2):
+    """Logits of every node after `steps` full-batch Adam steps on the train nodes' BCE."""
     arrays = _arrays(graph)
     y_N = jnp.asarray(graph.y_N)
     mask_N = jnp.zeros(graph.num_nodes, bool).at[train_idx].set(True)
@@ -137,27 +135,44 @@ def _train_auroc(cfg, graph, train_idx, test_idx, steps=300, lr=3e-3):
     opt_state = opt.init(params)
 
     @jax.jit
-    def step(params, opt_state, rng):
+    def step(params, opt_state, rng):  # also the current params' logits: one compile in all
         grads = jax.grad(model.binary_loss, argnums=1)(cfg, params, arrays, y_N, mask_N, rng=rng)
         updates, opt_state = opt.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
+        logits_N = model.apply(cfg, params, arrays)[:, 0]
+        return optax.apply_updates(params, updates), opt_state, logits_N
 
     for i in range(steps):
-        params, opt_state = step(params, opt_state, jax.random.PRNGKey(i))
-    logits_N = np.asarray(model.apply(cfg, params, arrays)[:, 0])
-    return roc_auc_score(graph.y_N[test_idx], logits_N[test_idx])
+        params, opt_state, _ = step(params, opt_state, jax.random.PRNGKey(i))
+    return np.asarray(step(params, opt_state, jax.random.PRNGKey(steps))[2])
 
 
-def test_minesweeper_csnn_vs_gcn():
-    graph = data.minesweeper(seed=0, side=20)
+def _neighbour_majority_graph(side: int, seed: int) -> data.Graph:
+    """Minesweeper's grid (8 neighbours), each node a random bit one-hot in 2 features, and the
+    label "most of my neighbours are 1": a node's own bit says nothing about it (independent),
+    so only messages from the neighbours carry it."""
+    grid = data.minesweeper(seed=0, side=side)
+    bit_N = np.random.default_rng(seed).integers(0, 2, grid.num_nodes)
+    ones_N = np.bincount(grid.receivers_E, weights=bit_N[grid.senders_E], minlength=side**2)
+    degree_N = np.bincount(grid.receivers_E, minlength=side**2)
+    y_N = (2 * ones_N > degree_N).astype(np.int32)
+    x_NF = np.eye(2, dtype=np.float32)[bit_N]
+    return grid._replace(x_NF=x_NF, y_N=y_N)
+
+
+@pytest.mark.parametrize("kind", ["csnn", "gcn"])
+def test_planted_neighbour_majority_is_learned(kind):
+    """Both models reach >= .9 test accuracy on 144 held-out nodes after 100 full-batch steps
+    (measured: csnn 1.00, gcn .99); the majority class is .51 and a model that ignores the
+    neighbours (a message-passing bug) stays near it. Replaces Minesweeper's AUROC > .5,
+    which a model without messages also passes."""
+    graph = _neighbour_majority_graph(side=24, seed=0)
     train_idx, _, test_idx = data.splits(graph.num_nodes, seed=0)
-    common = dict(in_features=10, out_features=1, hidden=16, num_layers=3, dropout=0.0)
-    csnn_cfg = model.ModelConfig(kind="csnn", stalk=3, **common)
-    gcn_cfg = dataclasses.replace(csnn_cfg, kind="gcn")
-    auc_csnn = _train_auroc(csnn_cfg, graph, train_idx, test_idx)
-    auc_gcn = _train_auroc(gcn_cfg, graph, train_idx, test_idx)
-    print(f"minesweeper side=20 test AUROC: csnn={auc_csnn:.4f} gcn={auc_gcn:.4f}")
-    # Measured (CPU, this conftest's 8 devices): csnn 0.677, gcn 0.818; as a plain script
-    # (1 device, other float sum order) csnn 0.778, gcn 0.818. CSNN reaches train AUROC 1.0:
-    # it overfits 200 training nodes. It does not beat GCN here, so no ordering is asserted.
-    assert auc_csnn > 0.5 and auc_gcn > 0.5
+    cfg = model.ModelConfig(
+        kind=kind, in_features=2, out_features=1, hidden=8, stalk=3, num_layers=2, dropout=0.0
+    )
+    logits_N = _trained_logits(cfg, graph, train_idx)
+    y_test = graph.y_N[test_idx]
+    accuracy = float(np.mean((logits_N[test_idx] > 0) == (y_test == 1)))
+    majority = max(y_test.mean(), 1 - y_test.mean())
+    print(f"{kind}: test accuracy {accuracy:.3f}, majority class {majority:.3f}")
+    assert majority < 0.7 and accuracy >= 0.9, (accuracy, majority)
