@@ -18,7 +18,6 @@ Minesweeper numbers.
 """
 
 import dataclasses
-import json
 import os
 import sys
 
@@ -27,7 +26,7 @@ import numpy as np
 
 import methods
 from configs import csnn as csnn_config
-from core import train
+from core import cache, results, train
 from core.claims import Claim, Report
 from methods.csnn import tasks
 
@@ -117,49 +116,51 @@ def config_for(task: str, model: str, steps: int, **options):
     return config
 
 
-def train_eval_rows(config, workdir: str) -> list[dict]:
-    """The run's evaluation rows ({"step", "eval/..."}), on one device. Cached: a finished run
-    leaves them in `<workdir>/eval_rows.json`, and a rerun (or a second process working on
-    other parts, `python -m methods.csnn.experiment --parts=...`) reads them back."""
-    cache = os.path.join(workdir, "eval_rows.json")
-    if os.path.exists(cache):
-        with open(cache) as f:
-            return json.load(f)
-    result = train.run(config, methods.make(config), workdir, devices=jax.devices()[:1])
-    rows = [row for row in result.history if any(k.startswith("eval/") for k in row)]
-    with open(cache + ".tmp", "w") as f:
-        json.dump(rows, f)
-    os.replace(cache + ".tmp", cache)  # never a half-written cache
-    return rows
+def train_and_evaluate(config, run_dir: str) -> list[dict]:
+    """The run's evaluation rows ({"step", "eval/..."}), on one device."""
+    result = train.run(config, methods.make(config), run_dir, devices=jax.devices()[:1])
+    return [row for row in result.history if any(k.startswith("eval/") for k in row)]
 
 
-def minesweeper_run(model: str, split: int, setting: Setting, workdir: str) -> dict:
+def eval_rows(config, workdir: str, code: str, label: str) -> list[dict]:
+    """`train_and_evaluate` through `core.cache`, keyed by the config and the code hash: a
+    rerun (or a second process on other parts, `python -m methods.csnn.experiment
+    --parts=...`) reads a finished run back; an edited config or source is a new run."""
+    return cache.cached_run(train_and_evaluate, config, code, workdir, f"csnn/{label}")
+
+
+def code_hash() -> str:
+    return results.code_version("csnn")["source_hash"]
+
+
+def minesweeper_run(model: str, split: int, setting: Setting, workdir: str, code: str) -> dict:
     config = config_for(
         "minesweeper", model, setting.mine_steps, split=split, side=setting.mine_side
     )
-    rows = train_eval_rows(config, workdir)
+    rows = eval_rows(config, workdir, code, f"minesweeper {model} split {split}")
     best = max(rows, key=lambda r: r["eval/val_auroc"])
     return {"val": best["eval/val_auroc"], "test": best["eval/test_auroc"], "step": best["step"]}
 
 
-def tree_run(model: str, depth: int, s: Setting, workdir: str) -> float:
+def tree_run(model: str, depth: int, s: Setting, workdir: str, code: str) -> float:
     config = config_for("tree", model, s.tree_steps, depth=depth)
-    return train_eval_rows(config, workdir)[-1]["eval/test_accuracy"]
+    rows = eval_rows(config, workdir, code, f"tree {model} depth {depth}")
+    return rows[-1]["eval/test_accuracy"]
 
 
-def barbell_run(model: str, seed: int, s: Setting, workdir: str) -> float:
+def barbell_run(model: str, seed: int, s: Setting, workdir: str, code: str) -> float:
     config = config_for("barbell", model, s.barbell_steps)
     config.seed = seed
     if s.barbell_batch is not None:
         config.train.batch_size = s.barbell_batch
     if s.barbell_lr is not None:
         config.optim.lr = s.barbell_lr
-    return train_eval_rows(config, workdir)[-1]["eval/test_mse"]
+    rows = eval_rows(config, workdir, code, f"barbell {model} seed {seed}")
+    return rows[-1]["eval/test_mse"]
 
 
-def minesweeper_logged(model: str, split: int, s: Setting, workdir: str) -> dict:
-    path = os.path.join(workdir, f"mine-{model}-{split}")
-    result = dict(minesweeper_run(model, split, s, path), split=split)
+def minesweeper_logged(model: str, split: int, s: Setting, workdir: str, code: str) -> dict:
+    result = dict(minesweeper_run(model, split, s, workdir, code), split=split)
     print(f"minesweeper split {split} {model}: {result}", flush=True)
     return result
 
@@ -186,6 +187,7 @@ PARTS = ("minesweeper", "minesweeper_extra", "tree", "barbell")
 
 def measure(workdir: str, s: Setting, parts=PARTS) -> tuple[dict, dict, dict]:
     """(minesweeper, tree, barbell) results of the runs in `parts`."""
+    code = code_hash()
     mine = {m: [] for m in (*s.mine_models, *s.mine_extra_models)}
     grid = {
         "minesweeper": (s.mine_splits, s.mine_models),
@@ -194,17 +196,16 @@ def measure(workdir: str, s: Setting, parts=PARTS) -> tuple[dict, dict, dict]:
     for splits, models in (grid[part] for part in grid if part in parts):
         for split in splits:
             for m in models:
-                mine[m].append(minesweeper_logged(m, split, s, workdir))
+                mine[m].append(minesweeper_logged(m, split, s, workdir, code))
     tree = {m: {} for m in s.tree_models}
     for depth in s.tree_depths if "tree" in parts else ():
         for m in s.tree_models:
-            tree[m][depth] = tree_run(m, depth, s, os.path.join(workdir, f"tree-{m}-{depth}"))
+            tree[m][depth] = tree_run(m, depth, s, workdir, code)
             print(f"tree depth {depth} {m}: {tree[m][depth]:.3f}", flush=True)
     barbell = {m: [] for m in s.barbell_models}
     for seed in s.barbell_seeds if "barbell" in parts else ():
         for m in s.barbell_models:
-            path = os.path.join(workdir, f"barbell-{m}-{seed}")
-            barbell[m].append(barbell_run(m, seed, s, path))
+            barbell[m].append(barbell_run(m, seed, s, workdir, code))
             print(f"barbell seed {seed} {m}: {barbell[m][-1]:.3g}", flush=True)
     return mine, tree, barbell
 
@@ -394,6 +395,6 @@ if __name__ == "__main__":
     args = dict(a.removeprefix("--").split("=", 1) for a in sys.argv[1:])
     if "runs" in args:
         for model, split in parse_runs(args["runs"]):
-            minesweeper_logged(model, split, FULL, args["workdir"])
+            minesweeper_logged(model, split, FULL, args["workdir"], code_hash())
     else:
         measure(args["workdir"], FULL, tuple(args.get("parts", ",".join(PARTS)).split(",")))

@@ -1,7 +1,6 @@
 """The CSNN experiment's reduced run: CSNN against GCN on the barbell (seed 0, 800 steps of 32
-fresh graphs), where GCN fails by construction; and its per-run result cache."""
+fresh graphs), where GCN fails by construction; and its run cache (config and code)."""
 
-import json
 import math
 import os
 
@@ -30,15 +29,24 @@ def test_reduced_barbell_run_beats_gcn(tmp_path):
     assert os.path.getsize(report.figures[0]) > 1000
 
 
-def test_finished_runs_are_read_back_not_retrained(tmp_path):
-    rows = [{"step": 2, "eval/test_accuracy": 0.25}]
-    run_dir = tmp_path / "tree-csnn-2"
-    run_dir.mkdir()
-    (run_dir / "eval_rows.json").write_text(json.dumps(rows))
-    # A config that could not train (0 steps would fail in core.train) proves nothing ran.
-    config = experiment.config_for("tree", "csnn", 1, depth=2)
-    config.train.steps = -1
-    assert experiment.train_eval_rows(config, str(run_dir)) == rows
+def test_runs_are_cached_by_config_and_code(tmp_path, monkeypatch):
+    """A finished run is read back, never retrained; an edited config or an edited source
+    (another code hash) is a new run in its own run directory (core.cache)."""
+    calls = []
+
+    def fake_train(config, run_dir):
+        calls.append(run_dir)
+        return [{"step": config.train.steps, "eval/test_accuracy": 0.25}]
+
+    monkeypatch.setattr(experiment, "train_and_evaluate", fake_train)
+    workdir = str(tmp_path)
+    config = experiment.config_for("tree", "csnn", 5, depth=2)
+    rows = experiment.eval_rows(config, workdir, "code-a", "tree")
+    assert experiment.eval_rows(config, workdir, "code-a", "tree") == rows and len(calls) == 1
+    experiment.eval_rows(config, workdir, "code-b", "tree")
+    longer = experiment.config_for("tree", "csnn", 6, depth=2)
+    assert experiment.eval_rows(longer, workdir, "code-a", "tree")[0]["step"] == 6
+    assert len(calls) == 3 and len(set(calls)) == 3
 
 
 def test_ablations_are_paired_with_csnn_by_split_not_by_order():
