@@ -45,7 +45,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
     # RLCR cannot leave that start). Confidences are uniform either way.
     c.warm_start = ConfigDict(dict(steps=size["warm"], lr=1e-3, answers="witness"))
     # The official GRPO settings (the paper's code): r - mean advantages, no std scaling, one PPO
-    # epoch (ratio 1), token-level aggregation, temperature 0.7; but a group of 16, not 32, and
+    # epoch (ratio 1), token-level aggregation, temperature 0.7; but a group of 16, not 32,
+    # zero-variance groups dropped from the normaliser (the official trainer keeps them), and
     # a KL penalty of 0.04 (the original GRPO's beta) to the warm-started policy where the
     # official run has none: without it this small policy's stated confidence collapses to
     # one token within ~30 steps, before it can depend on the question (README, "Findings").
