@@ -17,7 +17,8 @@ Encodings (`cfg.encoding`), both with `num_features` (M) outputs and the same ML
          [0.05, 0.5] of the field of view (2 units), theta uniform on [0, pi/2) (with theta
          = 0, our first plan, a rotated object's walls become staircases of axis-aligned
          boxes: 27.5 against 31.3 dB at 128^2, 16 views; README), lam = 1, and
-         k = s / pixel with the steepness scales s of `cfg.steepness` assigned in turn, so a
+         k = s / pixel with the steepness scales s of `cfg.steepness` assigned in turn (the
+         paper publishes its k sets; README, "Steepness", for theirs and why ours), so a
          bin's edge spans 1/s pixels (s ~ 1-5: steeper bins from a random start learn worse,
          and a saturated tanh gives no gradient to a bin's position or size).
   "rff": random Fourier features [cos 2 pi B c, sin 2 pi B c], B [M/2, 2] ~ N(0, sigma^2),
