@@ -6,7 +6,7 @@
 `compute()` returns a JSON-serialisable value (e.g. a run's evaluation rows). It is stored in
 `<root>/<key>.json` with the config and code hash beside it, where `key` hashes both: the same
 config under the same code is read back, anything else is a different key and is recomputed.
-Keying by content rather than by a workdir name (what `methods/csnn/experiment.py` does by hand)
+Keying by content rather than by a workdir name (what `methods/csnn/experiment.py` did before)
 means an edited hyperparameter or an edited model can never return a stale number, and several
 processes can share out a grid: each finished run is a file the others read.
 
