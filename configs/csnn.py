@@ -22,7 +22,7 @@ from configs.common import base_config, choose, parse_arg
 # except: 2-layer MLP map learners, not 5-layer SAGE stacks (2.2x the step time on 2 CPU cores
 # and slower to train), and no LayerNorm or input dropout (measured on split 0: with them CSNN
 # reached validation AUROC .917 in 600 steps, without .948 in 400; README). Barbell as the
-# notes' measured run (3 layers, d = 3, C = 32, lr 1e-3); tree: depth + 1 layers, 256 trees a
+# run reported in our plan (3 layers, d = 3, C = 32, lr 1e-3); tree: depth + 1 layers, 256 trees a
 # step (at 64, CSNN stayed at chance on depth 3 for 3000 steps; at 256 it reached 1.0 by 1800).
 TASKS = {
     "minesweeper": dict(

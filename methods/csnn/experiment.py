@@ -36,7 +36,7 @@ MINE_MARGIN = 0.02
 # deepest depth run and GCN at least 0.2 below it.
 TREE_KEEP = 0.9
 TREE_GAP = 0.2
-# The notes' measured run: CSNN 1.7e-4 against GCN 5.6e-3 (x33) and the constant 1.4e-2.
+# A run reported in our plan: CSNN 1.7e-4 against GCN 5.6e-3 (x33) and the constant 1.4e-2.
 BARBELL_RATIO = 10.0
 # The reduced run (QUICK: barbell seed 0, 800 steps) asserts GCN's MSE / CSNN's >= this. Measured
 # at 800 steps, lr 3e-3, 32 graphs a step: CSNN 7.4e-4, 5.8e-3, 5.6e-4, 1.0e-3, 7.3e-3 on seeds

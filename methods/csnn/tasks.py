@@ -95,7 +95,7 @@ def auroc(y_N, score_N) -> float:
 # --- Barbell ---------------------------------------------------------------------------------
 
 
-BARBELL_CLIQUE, BARBELL_FEATURES = 6, 3  # the notes' barbell_graph(6, 0) with 3 features
+BARBELL_CLIQUE, BARBELL_FEATURES = 6, 3  # networkx barbell_graph(6, 0), 3 features (our plan)
 
 
 def barbell_constant_mse() -> float:
