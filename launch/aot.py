@@ -38,6 +38,7 @@ LARGEST = {
     "flow_mtp": ("configs/flow_mtp.py:size=toy", {"train.batch_size": 256}),
     "vwf_dyslexia": ("configs/vwf_dyslexia.py:size=small", {"train.batch_size": 256}),
     "dupa": ("configs/dupa.py:size=full,arm=dupa", {"train.batch_size": 256}),
+    "doit": ("configs/doit.py:size=full", {}),
     # One round per step in the full run; 256 rounds per step over 8 steps: T = 2048.
     "hybrid_online": (
         "configs/hybrid_online.py:size=full",
