@@ -35,7 +35,7 @@ def function(name: str):
 
 
 def toy(name: str, batch_size: int) -> Method:
-    """`batch_size` dummy rows: the loss ignores them (rows only satisfy the data-parallel split)."""
+    """`batch_size` dummy rows: the loss ignores them (they only satisfy the batch split)."""
     fn, low, high = function(name)
 
     def init(rng, batch_spec):

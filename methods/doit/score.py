@@ -21,16 +21,16 @@ def _ratio(num, den):
 
 def cycle_score(losses: np.ndarray, alpha: float = 0.0) -> float:
     """The score of one cycle from its losses `[l_0, l_1, ..., l_n]` (n >= 1)."""
-    l = np.asarray(losses, np.float64)
-    if l.ndim != 1 or l.size < 2:
-        raise ValueError(f"cycle_score needs >= 2 losses (tau >= 2), got shape {l.shape}")
-    if not np.all(np.isfinite(l)):
+    seq = np.asarray(losses, np.float64)
+    if seq.ndim != 1 or seq.size < 2:
+        raise ValueError(f"cycle_score needs >= 2 losses (tau >= 2), got shape {seq.shape}")
+    if not np.all(np.isfinite(seq)):
         return -1.0  # a diverged cycle is the worst possible
-    if np.any(l < 0):
+    if np.any(seq < 0):
         raise ValueError("cycle_score needs losses >= 0 (its ratios assume it)")
-    l0, after = l[0], l[1:]
+    l0, after = seq[0], seq[1:]
     n = after.size
-    deltas = _ratio(l[:-1] - l[1:], np.maximum(l[:-1], l[1:]))
+    deltas = _ratio(seq[:-1] - seq[1:], np.maximum(seq[:-1], seq[1:]))
     upper = _ratio(l0 - after.max(), max(l0, after.max()) * n)
     lower = _ratio(l0 - after.min(), max(l0, after.min()) * n)
     return float(np.tanh((deltas.mean() + upper + lower) / 3 + alpha * deltas.std()))
