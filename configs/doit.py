@@ -3,7 +3,7 @@
     python -m launch.train --config=configs/doit.py --workdir=/tmp/doit
     python -m launch.train --config=configs/doit.py:task=camel,policy=random --workdir=/tmp/d2
 
-Options: mesh, size (smoke | full), task (rosenbrock | camel), policy (doit | random |
+Options: mesh, size (smoke | full), task (rosenbrock | camel | digits), policy (doit | random |
 periodic | single), single (the optimiser of policy=single), schedule (self_consistent |
 printed: kappa's halving rule). One train step is one cycle of `doit.tau` steps
 (core/cycles.py), so `train.steps` counts cycles.
@@ -13,10 +13,13 @@ from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg
 
-SIZES = {  # cycles, tau, cold-start cycles
+SIZES = {  # cycles, tau, cold-start cycles (full: the 2-D functions' 2000 steps)
     "smoke": dict(steps=4, tau=5, n_ini=2),
-    "full": dict(steps=80, tau=25, n_ini=10),  # 2000 steps
+    "full": dict(steps=80, tau=25, n_ini=10),
 }
+# The digits MLP (the notes' plan): 80 cycles of 10 steps at batch 64 (800 steps, ~47 epochs),
+# the PCA of the last two kernels.
+DIGITS = dict(tau=10, batch=64, layers="dense_[12]/kernel")
 
 # Fixed before any run: stable from every start in the boxes of methods/doit/problems.py.
 POOLS = {
@@ -26,6 +29,13 @@ POOLS = {
         "adagrad": {"kind": "adagrad", "lr": 0.3},
         "rmsprop": {"kind": "rmsprop", "lr": 1e-2},
         "adam": {"kind": "adam", "lr": 3e-2},
+    },
+    "digits": {  # the notes' learning rates, stated before any run
+        "sgd": {"kind": "sgd", "lr": 0.1},
+        "sgdm": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},
+        "adagrad": {"kind": "adagrad", "lr": 0.05},
+        "rmsprop": {"kind": "rmsprop", "lr": 1e-3},
+        "adam": {"kind": "adam", "lr": 1e-3},
     },
     "camel": {
         "sgd": {"kind": "sgd", "lr": 1e-2},
@@ -74,6 +84,10 @@ def get_config(arg: str | None = None) -> ConfigDict:
     )
     # Dummy rows (the loss is the function of the point): 8 split over 8 test devices.
     c.train.steps, c.train.batch_size = size["steps"], 8
+    if opts["task"] == "digits":
+        c.train.batch_size, c.doit.layers = DIGITS["batch"], DIGITS["layers"]
+        if opts["size"] == "full":
+            c.doit.tau = DIGITS["tau"]
     c.train.log_every, c.train.checkpoint_every = 10, 20
     c.train.eval_every = -1
     return c

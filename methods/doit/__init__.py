@@ -1,8 +1,8 @@
 """DOIT (paper 14): switching optimisers every tau steps, chosen by one Gaussian-process
 surrogate per optimiser (core.cycles runs the cycles; this package holds the policy).
 
-`make(config)`: `config.doit.task` (rosenbrock | camel), `config.doit.policy` (doit | random |
-periodic | single, with `config.doit.single` the optimiser's name), the pool
+`make(config)`: `config.doit.task` (rosenbrock | camel | digits), `config.doit.policy` (doit |
+random | periodic | single, with `config.doit.single` the optimiser's name), the pool
 (`config.doit.pool`: core.cycles specs, plus the kinds swats and padam) and the DOIT settings.
 """
 
@@ -60,6 +60,8 @@ def hook_for(name: str, s: policy.Settings, timers=None):
 
 
 def task(config) -> Method:
+    if config.doit.task == "digits":
+        return problems.digits_mlp(config.train.batch_size)
     return problems.toy(config.doit.task, config.train.batch_size)
 
 

@@ -20,16 +20,15 @@ import dataclasses
 import os
 import time
 
-import jax
 import numpy as np
 
-import methods.doit as doit
 from configs import doit as doit_config
-from core import cycles, results, train
+from core import cycles, results
 from core.claims import IntervalClaim, Report
-from methods.doit import policy, problems
+from methods.doit import on_digits, problems
+from methods.doit.runs import SINGLES, Runner, arms, shares, task_config
 
-SINGLES = ("sgd", "sgdm", "adagrad", "rmsprop", "adam")
+RESULT_RUNS = ("full", "full_digits")
 MARGIN_DECADES = 0.3
 LOSS_FLOOR = 1e-20  # log10 of an exact 0 (float32 can land on the minimum)
 
@@ -46,45 +45,6 @@ FULL = Settings(("rosenbrock", "camel"), tuple(range(20)), 80, True)
 QUICK = Settings(("rosenbrock",), tuple(range(5)), 40, False)
 
 
-def task_config(task: str, num_cycles: int, **doit_options):
-    c = doit_config.get_config(f"task={task}")
-    c.train.steps, c.train.checkpoint_every = num_cycles, 0
-    for k, v in doit_options.items():
-        c.doit[k] = v
-    return c
-
-
-class Runner:
-    """One compiled cycle program per (task, pool); arms are host policies over it."""
-
-    def __init__(self, config, timers=None):
-        self.config = config
-        self.method = doit.make(config, timers=timers)
-        one = jax.devices()[:1]
-        self.plan = train.plan(config, self.method, devices=one)
-        self.init = jax.jit(self.plan.make_state, out_shardings=self.plan.state_shardings)
-        self.data = self.method.dataset("train", shard=(0, 1), seed=0)  # ignored by the loss
-
-    def run(self, seed: int, hook, first: int | None) -> tuple[train.Session, list]:
-        state = self.init(train.seed_key(seed))
-        if first is not None:
-            where = self.plan.state_shardings.extra[cycles.OPTIMIZER]
-            extra = {**state.extra, cycles.OPTIMIZER: train.place(np.int32(first), where)}
-            state = state.replace(extra=extra)
-        session = train.Session(
-            self.config,
-            self.method._replace(hook=hook),
-            self.plan.mesh,
-            state,
-            self.plan.step,
-            self.data,
-            self.plan.state_shardings,
-            self.plan.batch_sharding,
-        )
-        rows = session.train(self.config.train.steps)
-        return session, rows
-
-
 def final_loss(task: str, state) -> float:
     fn = problems.function(task)[0]
     return float(fn(np.asarray(state.params["xy"], np.float64)))
@@ -95,32 +55,31 @@ def measure(s: Settings, *, quick: bool) -> dict:
     for task in s.tasks:
         config = task_config(task, s.cycles)
         runner = Runner(config)
-        names = list(config.doit.pool)
-        settings = doit.settings(config, len(names))
-        arms = {"doit": (doit.hook_for("doit", settings), None)}
-        arms["random"] = (doit.hook_for("random", settings), None)
-        arms["periodic"] = (doit.hook_for("periodic", settings), 0)
-        arms |= {name: (None, names.index(name)) for name in SINGLES}
-        for arm, (hook, first) in arms.items():
+        for arm, (hook, first) in arms(config).items():
             start = time.perf_counter()
             for seed in s.seeds:
-                session, history = runner.run(seed, hook, first)
+                session, history, _ = runner.run(seed, hook, first)
                 chosen = [int(r[cycles.OPTIMIZER]) for r in history]
                 rows.append(row(task, arm, seed, session.state, chosen))
             print(f"{task} {arm}: {time.perf_counter() - start:.1f} s", flush=True)
-        if s.hybrids:
-            lr = config.doit.pool["adam"]["lr"]
-            for arm, spec in (("swats", {"kind": "swats", "lr": lr}),
+    if s.hybrids:
+        lr = config.doit.pool["adam"]["lr"]
+        for arm, spec in (("swats", {"kind": "swats", "lr": lr}),
                               ("padam", {"kind": "padam", "lr": lr})):  # fmt: skip
-                pooled = task_config(task, s.cycles, pool={arm: spec}, policy="single", single=arm)
-                hybrid = Runner(pooled)
-                for seed in s.seeds:
-                    session, _ = hybrid.run(seed, None, 0)
-                    rows.append(row(task, arm, seed, session.state, []))
+            pooled = task_config(task, s.cycles, pool={arm: spec}, policy="single", single=arm)
+            hybrid = Runner(pooled)
+            for seed in s.seeds:
+                session, _, _ = hybrid.run(seed, None, 0)
+                rows.append(row(task, arm, seed, session.state, []))
     return results.record(
         "doit",
         "quick" if quick else "full",
-        config={"quick": quick, "settings": dataclasses.asdict(s), "margin": MARGIN_DECADES},
+        config={
+            "quick": quick,
+            "settings": dataclasses.asdict(s),
+            "margin": MARGIN_DECADES,
+            "pool": list(doit_config.POOLS["rosenbrock"]),  # the order of "chosen"'s indices
+        },
         rows=rows,
     )
 
@@ -137,7 +96,7 @@ def row(task, arm, seed, state, chosen) -> dict:
     }
 
 
-def claims_from_results(record: dict) -> list:
+def toy_claims(record: dict) -> list:
     rows = record["rows"]
     margin = record["config"]["margin"]
     claims = []
@@ -165,39 +124,72 @@ def claims_from_results(record: dict) -> list:
 
 
 def summary(record: dict) -> dict:
-    """Median final log10 loss per task and arm; DOIT's optimiser shares in the first and
-    last quarter of the cycles."""
+    """Median final log10 loss per task and arm; DOIT's optimiser shares."""
     out = {}
     for task in record["config"]["settings"]["tasks"]:
         mine = [r for r in record["rows"] if r["task"] == task]
-        arms = sorted({r["arm"] for r in mine})
+        arms_ = sorted({r["arm"] for r in mine})
         out[task] = {a: float(np.median([r["log10_loss"] for r in mine if r["arm"] == a]))
-                     for a in arms}  # fmt: skip
-        chosen = np.array([r["chosen"] for r in mine if r["arm"] == "doit"])
-        quarter = max(chosen.shape[1] // 4, 1)
-        for part, sl in (("early", slice(0, quarter)), ("late", slice(-quarter, None))):
-            counts = np.bincount(chosen[:, sl].ravel(), minlength=len(SINGLES))
-            out[task][f"doit_{part}_shares"] = dict(
-                zip(SINGLES, np.round(counts / counts.sum(), 3).tolist(), strict=True)
-            )
+                     for a in arms_}  # fmt: skip
+        chosen = [r["chosen"] for r in mine if r["arm"] == "doit"]
+        out[task]["doit_shares"] = shares(chosen, record["config"]["pool"])
     return out
+
+
+def claims_from_results(record: dict) -> list:
+    if record["run"] == "full_digits":
+        return on_digits.claims_from_results(record)
+    return toy_claims(record)
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
     s = QUICK if quick else FULL
     start = time.perf_counter()
-    record = measure(s, quick=quick)
-    record["seconds"] = time.perf_counter() - start
-    record["summary"] = summary(record)
-    claims = claims_from_results(record)
+    records = [measure(s, quick=quick)]
+    records[0]["seconds"] = time.perf_counter() - start
+    records[0]["summary"] = summary(records[0])
+    if not quick:
+        start = time.perf_counter()
+        records.append(on_digits.measure(on_digits.Settings()))
+        records[1]["seconds"] = time.perf_counter() - start
+        records[1]["summary"] = on_digits.summary(records[1])
+    claims = [c for r in records for c in claims_from_results(r)]
     os.makedirs(workdir, exist_ok=True)
+    figures = []
+    if not quick:
+        figures.append(os.path.join(workdir, "doit_switching.png"))
+        plot_switching(records[1], figures[0])
     return Report(
         method="doit",
         claims=claims,
-        metrics={c.metric: c.interval.to_dict() for c in claims} | {"summary": record["summary"]},
+        metrics={c.metric: c.interval.to_dict() for c in claims}
+        | {"summary": {r["run"]: r["summary"] for r in records}},
         command="python -m launch.reproduce --methods=doit" + (" --quick" if quick else ""),
-        results=record,
+        figures=figures,
+        results=records if len(records) > 1 else records[0],
     )
+
+
+def plot_switching(record: dict, path: str) -> None:
+    """DOIT's switching pattern on digits: each optimiser's share of the seeds per cycle."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = record["config"]["pool"]
+    chosen = np.array([r["chosen"] for r in record["rows"] if r["arm"] == "doit"])
+    shares_KC = np.stack([(chosen == k).mean(0) for k in range(len(names))])
+    steps = (np.arange(chosen.shape[1]) + 1) * record["config"]["tau"]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.stackplot(steps, shares_KC, labels=names)
+    ax.set_xlabel("step")
+    ax.set_ylabel("share of seeds")
+    ax.set_title(f"DOIT's optimiser per cycle, digits MLP, {chosen.shape[0]} seeds")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def quick_check(record: dict) -> bool:
@@ -206,6 +198,3 @@ def quick_check(record: dict) -> bool:
     rows = [r for r in record["rows"] if r["task"] == "rosenbrock"]
     by_arm = lambda a: np.median([r["log10_loss"] for r in rows if r["arm"] == a])
     return by_arm("doit") <= float(np.median([by_arm(a) for a in SINGLES]))
-
-
-__all__ = ["run", "claims_from_results", "policy"]

@@ -1,12 +1,14 @@
 """The tasks DOIT is run on, as core Methods with a loss: the paper's 2-D test functions
-(Rosenbrock, Three-Hump Camel; a dummy one-row batch, the loss is the function itself, the
-start point drawn from the run's key in a box around the minimum)."""
+(Rosenbrock, Three-Hump Camel; dummy rows, the loss is the function itself, the start point
+drawn from the run's key in a box around the minimum) and the digits MLP (64-256-256-10 on
+core.digits' fixed train split)."""
 
 import itertools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from core.errors import ConfigError
 from core.method import Method
@@ -31,7 +33,8 @@ FUNCTIONS = {
 
 def function(name: str):
     if name not in FUNCTIONS:
-        raise ConfigError(f"doit.task={name!r} is unknown; expected one of: {', '.join(FUNCTIONS)}")
+        known = ", ".join([*FUNCTIONS, "digits"])
+        raise ConfigError(f"doit.task={name!r} is unknown; expected one of: {known}")
     return FUNCTIONS[name]
 
 
@@ -54,5 +57,64 @@ def toy(name: str, batch_size: int) -> Method:
         del seed
         rows = batch_size // shard[1]
         return itertools.repeat({"x": np.zeros((rows,), np.float32)})
+
+    return Method(init, loss=loss, dataset=dataset)
+
+
+MLP_WIDTHS = (64, 256, 256, 10)
+
+
+def mlp_init(rng):
+    """He-normal kernels, zero biases: dense_0..dense_2 of MLP_WIDTHS."""
+    params = {}
+    for i, (n_in, n_out) in enumerate(zip(MLP_WIDTHS[:-1], MLP_WIDTHS[1:], strict=True)):
+        rng, key = jax.random.split(rng)
+        kernel = jax.random.normal(key, (n_in, n_out)) * jnp.sqrt(2.0 / n_in)
+        params[f"dense_{i}"] = {"kernel": kernel, "bias": jnp.zeros((n_out,))}
+    return params
+
+
+def mlp_logits(params, x_BD):
+    h = x_BD
+    for i in range(len(MLP_WIDTHS) - 1):
+        layer = params[f"dense_{i}"]
+        h = h @ layer["kernel"] + layer["bias"]
+        if i < len(MLP_WIDTHS) - 2:
+            h = jax.nn.relu(h)
+    return h
+
+
+@jax.jit
+def mlp_accuracy(params, x_ND, labels_N):
+    return jnp.mean(jnp.argmax(mlp_logits(params, x_ND), -1) == labels_N)
+
+
+def digits_arrays(split: str) -> dict[str, np.ndarray]:
+    """core.digits' fixed split as flat pixels in [-1, 1] [N, 64] and int32 labels."""
+    from core import digits
+
+    part = getattr(digits.load_splits(), split)
+    return {"x": part.images.reshape(len(part.labels), -1), "label": part.labels}
+
+
+def digits_mlp(batch_size: int) -> Method:
+    """The 64-256-256-10 MLP on core.digits' train split (cross-entropy, epochs of shuffled
+    batches from the run's seed)."""
+    from core import data
+
+    train_arrays = digits_arrays("train")
+
+    def init(rng, batch_spec):
+        del batch_spec
+        return {"params": mlp_init(rng)}
+
+    def loss(params, batch, *, rng, extra):
+        del rng, extra
+        logits = mlp_logits(params, batch["x"])
+        value = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
+        return value, {}
+
+    def dataset(split, *, shard, seed):
+        return data.in_memory(train_arrays, global_batch=batch_size, seed=seed, shard=shard)
 
     return Method(init, loss=loss, dataset=dataset)
