@@ -22,7 +22,6 @@ import time
 
 import numpy as np
 
-from configs import doit as doit_config
 from core import cycles, results
 from core.claims import IntervalClaim, Report
 from methods.doit import on_digits, problems
@@ -78,7 +77,8 @@ def measure(s: Settings, *, quick: bool) -> dict:
             "quick": quick,
             "settings": dataclasses.asdict(s),
             "margin": MARGIN_DECADES,
-            "pool": list(doit_config.POOLS["rosenbrock"]),  # the order of "chosen"'s indices
+            # The order of "chosen"'s indices: the config's pool order (ConfigDict sorts names).
+            "pool": list(task_config(s.tasks[0], s.cycles).doit.pool),
         },
         rows=rows,
     )

@@ -30,3 +30,6 @@ def test_quick_experiment_doit_no_worse_than_the_median_single_optimizer(tmp_pat
     report = experiment.run(str(tmp_path), quick=True)
     assert experiment.quick_check(report.results)
     assert {r["arm"] for r in report.results["rows"]} >= {"doit", "random", "periodic"}
+    # "chosen" holds indices into the runner's pool: the record must name them in that order.
+    runner_pool = list(runs.task_config("rosenbrock", 4).doit.pool)
+    assert report.results["config"]["pool"] == runner_pool
