@@ -17,7 +17,7 @@ SIZES = {  # cycles, tau, cold-start cycles (full: the 2-D functions' 2000 steps
     "smoke": dict(steps=4, tau=5, n_ini=2),
     "full": dict(steps=80, tau=25, n_ini=10),
 }
-# The digits MLP (the notes' plan): 80 cycles of 10 steps at batch 64 (800 steps, ~47 epochs),
+# The digits MLP (issue 25's plan): 80 cycles of 10 steps at batch 64 (800 steps, ~47 epochs),
 # the PCA of the last two kernels.
 DIGITS = dict(tau=10, batch=64, layers="dense_[12]/kernel")
 
@@ -30,7 +30,7 @@ POOLS = {
         "rmsprop": {"kind": "rmsprop", "lr": 1e-2},
         "adam": {"kind": "adam", "lr": 3e-2},
     },
-    "digits": {  # the notes' learning rates, stated before any run
+    "digits": {  # issue 25's learning rates, stated before any run
         "sgd": {"kind": "sgd", "lr": 0.1},
         "sgdm": {"kind": "sgd", "lr": 0.05, "momentum": 0.9},
         "adagrad": {"kind": "adagrad", "lr": 0.05},

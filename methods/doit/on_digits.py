@@ -1,8 +1,8 @@
-"""DOIT on the digits MLP (part 2 of the experiment; the notes' plan): does switching reach the
+"""DOIT on the digits MLP (part 2 of the experiment; issue 25's plan): does switching reach the
 best single optimiser's final test accuracy, and 97 % of it sooner than the median optimiser?
 
 Every arm trains the 64-256-256-10 MLP of methods/doit/problems.py for the same 800 steps (80
-cycles of 10, batch 64) at the notes' fixed learning rates (configs/doit.py, stated before any
+cycles of 10, batch 64) at fixed learning rates (configs/doit.py, stated before any
 run; none is tuned, for any arm), 10 seeds (a seed fixes the init and the batch order, shared
 by all arms). Test accuracy after every cycle (10 steps). DOIT: 10 cold-start
 cycles, the PCA of the last two kernels (2 components each).
