@@ -107,7 +107,9 @@ def make(config) -> Method:
         )
 
     def dataset(split, *, shard, seed):
-        strings = tasks.letter_strings("eval" if split == "eval" else "train")
+        strings = tasks.letter_strings(
+            "eval" if split == "eval" else "train", config.data.lexicon_size
+        )
         example = functools.partial(tasks.example, strings=strings)
         if split == "eval":
             return data.synthetic(

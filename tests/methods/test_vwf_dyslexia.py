@@ -102,7 +102,9 @@ def test_task_text_masks_exactly_the_answer_tokens():
     letters = tasks.encode("letters", [tasks.TOKEN["g"], tasks.TOKEN["e"]])
     assert letters["targets"][letters["mask"] > 0].tolist() == [tasks.TOKEN["g"], tasks.TOKEN["e"]]
     with pytest.raises(ValueError, match="longer than"):
-        tasks.encode("sentence", [tasks.YES], "x" * (tasks.SENTENCE_LEN + 1))
+        tasks.encode("sentence", [tasks.YES], "circle left of square of")
+    with pytest.raises(ValueError, match="not in"):
+        tasks.encode("sentence", [tasks.YES], "circle above square")
 
 
 def test_eval_letter_strings_are_never_trained_on():

@@ -1,0 +1,410 @@
+"""Does silencing the most word-selective units of a small VLM impair reading selectively? The
+four-task VLM (`configs/vwf_dyslexia.py`, size "cpu"), 3 model seeds; localiser, lesions and
+controls as in `localiser.py` and `lesion.py`.
+
+Per model seed: train; localise (72 images per category, the paper's count, 3 resamples: the
+selection is resample 0's, the others give the overlap); evaluate one fixed held-out set (256
+examples per task, the same for every seed, so drops pair by seed) intact, then with the top k %
+of units by t zeroed for k in {0.5, 1, 2, 4, 8, 16} (global ranking; per-layer ranking
+reported), with 10 random layer-matched masks per k, and with the selected units scaled by s
+(the sweep, at CLAIM_PERCENT). Exploratory, reported not asserted: lexical decision in the
+held-out fonts, intact and lesioned.
+
+A mask's drop on a task is intact accuracy - lesioned accuracy; its selectivity is the lexical
+drop minus the mean drop of the non-reading tasks (shape comparison, sentence-picture matching).
+The letter read-out is a reading task: reported, in neither side of the contrast.
+
+Claims (fixed before the first full run; intervals over the 3 seeds):
+- selectivity of the VWF lesion at k = 4 % is above 0.10;
+- it exceeds the mean selectivity of the random masks at that k by more than 0.05;
+- VWF lesions bring lexical decision below 65 % within the grid (smallest such k, 32 = never,
+  at most 16.5: some k <= 16 % on every seed);
+- random masks of that size (each seed's smallest k; 16 % if none) keep lexical decision above
+  65 % (their mean);
+- only s = 0 is selective: selectivity at s = 0 exceeds the largest at any other s by > 0.05.
+Quick (about a minute on an idle machine): 3 seeds of a 300-step model, k = 8 % only, 5 random
+masks; claim: the VWF lesion's lexical drop exceeds the random masks' mean by more than 0.02.
+Every seed's training and analysis is one cached run (`core.cache`).
+"""
+
+import dataclasses
+import os
+import time
+
+import jax
+import numpy as np
+
+from configs import vwf_dyslexia as vwf_config
+from core import cache, results, train
+from core.claims import IntervalClaim, Report
+from methods.vwf_dyslexia import lesion, localiser, make, model_config, stimuli, tasks
+
+NON_READING = ("shapes", "sentence")
+EVAL_SEED = 7  # the held-out evaluation set: the same examples for every model seed
+NOT_REACHED = 32.0  # the "smallest k" recorded when no k of the grid crosses the threshold
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    size: str  # configs/vwf_dyslexia.py size
+    steps: int
+    seeds: tuple
+    percents: tuple  # the k grid, % of all decoder MLP units
+    random_masks: int  # per k
+    claim_percent: float
+    scales: tuple  # the sweep's s values (s = 1 is the intact model)
+    n_per_task: int
+    n_localiser: int  # images per category per resample
+    resamples: int
+    selectivity_margin: float
+    random_margin: float
+    scale_margin: float
+    threshold: float = 0.65
+    batch_size: int = 0  # 0: the config's
+
+
+FULL = Settings(
+    "cpu", 2500, (0, 1, 2), (0.5, 1, 2, 4, 8, 16), 10, 4.0, (-2, -1, 0, 0.5, 2, 4),
+    256, 72, 3, 0.10, 0.05, 0.05,
+)  # fmt: skip
+QUICK = Settings("cpu", 300, (0, 1, 2), (8,), 5, 8.0, (), 64, 24, 1, 0.0, 0.02, 0.0, 0.65, 64)
+# The pipeline end to end in seconds (tests): an untrained smoke model, every kind of mask.
+SMOKE = Settings("smoke", 2, (0, 1, 2), (1, 8), 2, 8.0, (0, 2), 4, 4, 2, 0.1, 0.05, 0.05, 0.65, 8)
+
+
+def name(kind: str, value, draw: int | None = None) -> str:
+    """A mask's row name: "vwf/4", "random/0.5/3", "scale/-2" (numbers as %g: 4 == 4.0)."""
+    return f"{kind}/{value:g}" + ("" if draw is None else f"/{draw}")
+
+
+def run_config(s: Settings, seed: int):
+    config = vwf_config.get_config(f"size={s.size}")
+    config.seed = seed
+    config.train.steps = s.steps
+    if s.batch_size:
+        config.train.batch_size = s.batch_size
+    config.eval.num_examples = 2 * config.train.batch_size
+    config.train.eval_every = 0  # the analysis evaluates; only the end of training
+    config.train.log_every = max(s.steps // 5, 1)
+    config.train.checkpoint_every = s.steps
+    config.optim.warmup_steps = min(100, s.steps // 10)
+    return config
+
+
+def analysis_settings(s: Settings) -> dict:
+    """What the analysis of a trained model depends on (part of each seed's cache key)."""
+    return {k: getattr(s, k) for k in ("percents", "random_masks", "claim_percent", "scales")} | {
+        k: getattr(s, k) for k in ("n_per_task", "n_localiser", "resamples")
+    }
+
+
+def accuracies(cfg, params, examples, selections: dict, value: float = 0.0) -> dict:
+    """{name: {task: accuracy}} for named bool [L, F] selections set to `value` (one vmapped
+    evaluation of all of them)."""
+    names = list(selections)
+    masks = lesion.unit_masks(np.stack([selections[n] for n in names]), value)
+    acc = lesion.accuracy(cfg, params, examples, masks, batch_size=128, chunk=8)
+    return {n: {t: float(acc[t][i]) for t in acc} for i, n in enumerate(names)}
+
+
+def analyse(cfg, params, s: Settings, seed: int) -> dict:
+    """Rows of per-task accuracy for every mask of one trained model, and the localiser's
+    overlaps and layer histograms."""
+    start = time.perf_counter()
+    t_maps = [
+        localiser.t_map(cfg, params, s.n_localiser, seed=100 * seed + r) for r in range(s.resamples)
+    ]
+    localise_seconds = time.perf_counter() - start
+    examples = lesion.eval_set(s.n_per_task, EVAL_SEED)
+    none = np.zeros_like(t_maps[0], bool)
+    selections, localiser_rows = {"intact": none}, []
+    rng = np.random.default_rng([seed, 1])
+    for k in s.percents:
+        vwf = localiser.top_k_global(t_maps[0], k)
+        selections[name("vwf", k)] = vwf
+        selections[name("vwf_per_layer", k)] = localiser.top_k_per_layer(t_maps[0], k)
+        for d in range(s.random_masks):
+            selections[name("random", k, d)] = localiser.random_matched(vwf, rng)
+        resampled = [localiser.top_k_global(t, k) for t in t_maps]
+        localiser_rows.append(
+            {
+                "percent": k,
+                "units": int(vwf.sum()),
+                "per_layer": vwf.sum(axis=1).tolist(),
+                "resample_overlap": (
+                    localiser.mean_pairwise_overlap(resampled) if s.resamples > 1 else None
+                ),
+                "global_vs_per_layer_overlap": localiser.overlap(
+                    vwf, selections[name("vwf_per_layer", k)]
+                )
+                if vwf.sum() == selections[name("vwf_per_layer", k)].sum()
+                else None,
+            }
+        )
+    start = time.perf_counter()
+    acc = accuracies(cfg, params, examples, selections)
+    claim_units = localiser.top_k_global(t_maps[0], s.claim_percent)
+    for value in s.scales:
+        acc[name("scale", value)] = accuracies(cfg, params, examples, {"x": claim_units}, value)[
+            "x"
+        ]
+    fonts = {}
+    for font in stimuli.HELD_OUT_FONTS:  # exploratory: reading in fonts never trained on
+        lexical_set = lesion.eval_set(
+            s.n_per_task, EVAL_SEED, fonts=(font,), task_names=("lexical",)
+        )
+        out = accuracies(cfg, params, lexical_set, {"intact": none, "vwf": claim_units})
+        fonts[font] = {name: v["lexical"] for name, v in out.items()}
+    rows = [{"seed": seed, "mask": name, **a} for name, a in acc.items()]
+    return {
+        "rows": rows,
+        "localiser": localiser_rows,
+        "fonts": fonts,
+        "t_max": float(np.max(t_maps[0])),
+        "seconds": {"localise": localise_seconds, "lesions": time.perf_counter() - start},
+    }
+
+
+def train_and_analyse(config, workdir: str, s: Settings) -> dict:
+    start = time.perf_counter()
+    # One device: the tests' 8 fake CPU devices would split each small batch 8 ways.
+    result = train.run(config, make(config), workdir, devices=jax.devices()[:1])
+    train_seconds = time.perf_counter() - start
+    final = {k.removeprefix("eval/"): v for k, v in result.history[-1].items() if "eval/" in k}
+    out = analyse(model_config(config), result.state.params, s, config.seed)
+    out["seconds"]["train"] = train_seconds
+    out["train_eval"] = final
+    return out
+
+
+def measure(workdir: str, *, quick: bool = False, settings: Settings | None = None) -> dict:
+    s = settings or (QUICK if quick else FULL)
+    code = results.code_version("vwf_dyslexia")
+    rows, per_seed = [], {}
+    for seed in s.seeds:
+        config = run_config(s, seed)
+        key = {"train": config.to_dict(), "analysis": analysis_settings(s)}
+        print(f"-- vwf_dyslexia seed {seed}: {config.train.steps} steps", flush=True)
+        run_dir = os.path.join(workdir, "runs", cache.key(config, code["source_hash"]))
+        out = cache.cached(
+            lambda config=config, run_dir=run_dir: train_and_analyse(config, run_dir, s),
+            config=key,
+            code=code["source_hash"],
+            root=os.path.join(workdir, "cache"),
+        )
+        rows += out.pop("rows")
+        per_seed[str(seed)] = out
+    return results.record(
+        "vwf_dyslexia",
+        "quick" if quick else "full",
+        config={
+            "settings": dataclasses.asdict(s),
+            "train": run_config(s, s.seeds[0]).to_dict(),
+            "eval_seed": EVAL_SEED,
+        },
+        rows=rows,
+        code=code,
+        per_seed=per_seed,
+    )
+
+
+# ----------------------------------------------------------------------------- claims
+
+
+def _row(record, seed, mask) -> dict:
+    (row,) = [r for r in record["rows"] if r["seed"] == seed and r["mask"] == mask]
+    return row
+
+
+def drops(record: dict, mask: str) -> dict:
+    """{seed: {task: intact - lesioned accuracy}} for one mask name."""
+    out = {}
+    for seed in record["config"]["settings"]["seeds"]:
+        intact, lesioned = _row(record, seed, "intact"), _row(record, seed, mask)
+        out[seed] = {t: intact[t] - lesioned[t] for t in tasks.TASKS}
+    return out
+
+
+def selectivity(drop: dict) -> float:
+    return drop["lexical"] - float(np.mean([drop[t] for t in NON_READING]))
+
+
+def per_seed(record: dict, mask: str, fn) -> dict:
+    return {seed: fn(d) for seed, d in drops(record, mask).items()}
+
+
+def random_mean(record: dict, percent, fn) -> dict:
+    """{seed: mean over the random draws of fn(drop)} at k = percent."""
+    draws = record["config"]["settings"]["random_masks"]
+    per_draw = [per_seed(record, name("random", percent, d), fn) for d in range(draws)]
+    return {seed: float(np.mean([p[seed] for p in per_draw])) for seed in per_draw[0]}
+
+
+def smallest_k(record: dict, threshold: float) -> dict:
+    """{seed: the smallest k whose VWF lesion puts lexical decision below threshold}."""
+    s = record["config"]["settings"]
+    out = {}
+    for seed in s["seeds"]:
+        below = [
+            k for k in s["percents"] if _row(record, seed, name("vwf", k))["lexical"] < threshold
+        ]
+        out[seed] = min(below) if below else NOT_REACHED
+    return out
+
+
+def claims_from_results(record: dict) -> list[IntervalClaim]:
+    s = record["config"]["settings"]
+    k = s["claim_percent"]
+    lexical_drop = lambda d: d["lexical"]  # noqa: E731
+    if record["run"] == "quick":
+        return [
+            IntervalClaim.beats(
+                f"zeroing the top {k:g} % VWF units drops lexical decision more than "
+                f"{s['random_masks']} layer-matched random masks (mean) by "
+                f"> {s['random_margin']:g}",
+                f"lexical drop: vwf - random ({k:g} %)",
+                per_seed(record, name("vwf", k), lexical_drop),
+                random_mean(record, k, lexical_drop),
+                s["random_margin"],
+            )
+        ]
+    vwf_sel = per_seed(record, name("vwf", k), selectivity)
+    k_min = smallest_k(record, s["threshold"])
+    top = max(s["percents"])
+    random_at_kmin = {}
+    for seed, kk in k_min.items():
+        kk = kk if kk != NOT_REACHED else top
+        draws = [
+            _row(record, seed, name("random", kk, d))["lexical"] for d in range(s["random_masks"])
+        ]
+        random_at_kmin[seed] = float(np.mean(draws))
+    other_scales = [v for v in s["scales"] if v != 0]
+    scale_sel = {v: per_seed(record, name("scale", v), selectivity) for v in s["scales"]}
+    best_other = {seed: max(scale_sel[v][seed] for v in other_scales) for seed in scale_sel[0]}
+    return [
+        IntervalClaim.at_least(
+            f"zeroing the top {k:g} % VWF units drops lexical decision more than the "
+            f"non-reading tasks (shapes, sentence; mean) by > {s['selectivity_margin']:g}",
+            f"selectivity, vwf {k:g} %",
+            vwf_sel,
+            s["selectivity_margin"],
+        ),
+        IntervalClaim.beats(
+            f"the VWF lesion's selectivity exceeds {s['random_masks']} layer-matched random "
+            f"masks' (mean) by > {s['random_margin']:g} at k = {k:g} %",
+            f"selectivity: vwf - random ({k:g} %)",
+            vwf_sel,
+            random_mean(record, k, selectivity),
+            s["random_margin"],
+        ),
+        IntervalClaim.at_most(
+            f"VWF lesions bring lexical decision below {s['threshold']:.0%} within the grid "
+            f"(smallest k, %; {NOT_REACHED:g} = never)",
+            "smallest k with lexical < threshold",
+            k_min,
+            top + 0.5,
+        ),
+        IntervalClaim.at_least(
+            f"random masks of that size keep lexical decision above {s['threshold']:.0%} (mean)",
+            "lexical accuracy, random at the smallest VWF k",
+            random_at_kmin,
+            s["threshold"],
+        ),
+        IntervalClaim.beats(
+            f"only s = 0 is selective: selectivity at s = 0 exceeds the largest at s in "
+            f"{other_scales} by > {s['scale_margin']:g} (k = {k:g} %)",
+            "selectivity: s=0 - max other s",
+            scale_sel[0],
+            best_other,
+            s["scale_margin"],
+        ),
+    ]
+
+
+# ----------------------------------------------------------------------------- figure
+
+
+def curves(record: dict, kind: str, task: str) -> np.ndarray:
+    """[seeds, k] accuracy of `kind` ("vwf", "vwf_per_layer", or "random": the draws' mean)."""
+    s = record["config"]["settings"]
+    out = []
+    for seed in s["seeds"]:
+        if kind == "random":
+            row = [
+                np.mean(
+                    [
+                        _row(record, seed, name("random", k, d))[task]
+                        for d in range(s["random_masks"])
+                    ]
+                )
+                for k in s["percents"]
+            ]
+        else:
+            row = [_row(record, seed, name(kind, k))[task] for k in s["percents"]]
+        out.append(row)
+    return np.array(out)
+
+
+def plot(record: dict, workdir: str) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = record["config"]["settings"]
+    fig, axes = plt.subplots(1, len(tasks.TASKS), figsize=(13, 3.3), sharey=True)
+    for ax, task in zip(axes, tasks.TASKS, strict=True):
+        intact = np.mean([_row(record, seed, "intact")[task] for seed in s["seeds"]])
+        ax.axhline(intact, color="grey", lw=1, label="intact")
+        for kind, style in (("vwf", "C3o-"), ("random", "C0s--"), ("vwf_per_layer", "C1^:")):
+            c = curves(record, kind, task)
+            mean = c.mean(0)
+            ax.plot(s["percents"], mean, style, label=kind.replace("_", " "))
+            ax.fill_between(s["percents"], c.min(0), c.max(0), color=style[:2], alpha=0.15)
+        if task == "lexical":
+            ax.axhline(s["threshold"], color="k", ls=":", lw=1)
+        ax.set(xscale="log", xlabel="k (% of decoder MLP units)", title=task)
+    axes[0].set_ylabel("accuracy (held-out set)")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(
+        "accuracy vs lesion size: VWF units, random layer-matched units (mean over "
+        f"{s['random_masks']} draws), per-layer VWF; band = range over seeds",
+        fontsize=9,
+    )
+    fig.tight_layout()
+    path = os.path.join(workdir, "vwf_dyslexia_lesions.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+def summary(record: dict) -> dict:
+    """Means over seeds of what the claims do not show: intact accuracy, font readouts,
+    localiser overlaps."""
+    s = record["config"]["settings"]
+    seeds = [str(x) for x in s["seeds"]]
+    intact = {
+        t: float(np.mean([_row(record, x, "intact")[t] for x in s["seeds"]])) for t in tasks.TASKS
+    }
+    fonts = {
+        f: {
+            m: float(np.mean([record["per_seed"][x]["fonts"][f][m] for x in seeds]))
+            for m in ("intact", "vwf")
+        }
+        for f in record["per_seed"][seeds[0]]["fonts"]
+    }
+    return {"intact": intact, "fonts": fonts}
+
+
+def run(workdir: str, *, quick: bool = False) -> Report:
+    record = measure(workdir, quick=quick)
+    claims = claims_from_results(record)
+    figures = [] if quick else plot(record, workdir)
+    return Report(
+        method="vwf_dyslexia",
+        figures=figures,
+        claims=claims,
+        metrics={**{c.metric: c.interval.to_dict() for c in claims}, **summary(record)},
+        command="python -m launch.reproduce --methods=vwf_dyslexia" + (" --quick" if quick else ""),
+        results=record,
+    )

@@ -1,0 +1,69 @@
+"""methods/vwf_dyslexia/experiment: the claims derived from a results record (synthetic rows
+whose drops are known), and the quick experiment (slow)."""
+
+import numpy as np
+import pytest
+
+from methods.vwf_dyslexia import experiment, tasks
+
+SEEDS = (0, 1, 2)
+
+
+def record(vwf_lexical_drop=0.3, random_lexical_drop=0.02, scale_drop=None) -> dict:
+    """A full-run record: intact 0.9 on every task; VWF at k drops lexical decision by
+    vwf_lexical_drop * k / 4 (other tasks by 0.01), random masks by random_lexical_drop."""
+    s = experiment.FULL
+    rows = []
+
+    def row(seed, mask, lexical_drop, other_drop=0.01):
+        wiggle = 0.01 * seed * (mask != "intact")  # seeds differ: intervals have width
+        acc = {t: 0.9 - other_drop for t in tasks.TASKS}
+        acc["lexical"] = 0.9 - lexical_drop - wiggle
+        rows.append({"seed": seed, "mask": mask, **acc})
+
+    for seed in SEEDS:
+        row(seed, "intact", 0.0, 0.0)
+        for k in s.percents:
+            row(seed, experiment.name("vwf", k), vwf_lexical_drop * k / 4)
+            row(seed, experiment.name("vwf_per_layer", k), vwf_lexical_drop * k / 8)
+            for d in range(s.random_masks):
+                row(seed, experiment.name("random", k, d), random_lexical_drop + 0.001 * d)
+        for v in s.scales:
+            drop = (scale_drop or {}).get(v, vwf_lexical_drop if v == 0 else 0.0)
+            row(seed, experiment.name("scale", v), drop)
+    settings = {**experiment.dataclasses.asdict(s), "seeds": list(SEEDS)}
+    return {"run": "full", "config": {"settings": settings}, "rows": rows}
+
+
+def test_claims_hold_on_a_selective_lesion_and_fail_when_it_is_not():
+    claims = experiment.claims_from_results(record())
+    assert len(claims) == 5 and all(c.holds for c in claims), [c.to_dict() for c in claims]
+    # VWF at 4 %: lexical drop 0.3 + 0.01 seed (mean 0.31), the others 0.01: selectivity 0.30
+    assert claims[0].interval.mean == pytest.approx(0.30, abs=1e-9)
+    # smallest k with lexical < 0.65: 0.9 - 0.3 k / 4 - 0.01 seed < 0.65 -> k = 4 on each seed
+    assert experiment.smallest_k(record(), 0.65) == {0: 4, 1: 4, 2: 4}
+
+    weak = experiment.claims_from_results(record(vwf_lexical_drop=0.05, random_lexical_drop=0.04))
+    assert not weak[0].holds and not weak[1].holds  # neither selective nor beyond random
+    assert not weak[2].holds and weak[2].interval.mean == experiment.NOT_REACHED
+    # s = -2 as selective as s = 0: "only s = 0" fails
+    collapse = experiment.claims_from_results(record(scale_drop={-2: 0.3}))
+    assert collapse[0].holds and not collapse[4].holds
+
+
+def test_random_draws_are_averaged_per_seed():
+    means = experiment.random_mean(record(random_lexical_drop=0.1), 4, lambda d: d["lexical"])
+    draws = experiment.FULL.random_masks
+    expected = 0.1 + 0.001 * np.mean(range(draws))
+    for seed in SEEDS:
+        assert means[seed] == pytest.approx(expected + 0.01 * seed, abs=1e-9)
+
+
+@pytest.mark.slow  # three short trainings, localiser and lesions: minutes on the loaded machine
+def test_quick_experiment_vwf_lesions_hurt_lexical_decision_more_than_random(tmp_path):
+    report = experiment.run(str(tmp_path), quick=True)
+    assert report.claims and all(c.holds for c in report.claims), [
+        c.to_dict() for c in report.claims
+    ]
+    again = experiment.claims_from_results(report.results)
+    assert again[0].interval == report.claims[0].interval
