@@ -5,7 +5,7 @@
 Options: mesh (a preset in configs/common.py), size (smoke | cpu | small).
 - cpu, what the experiment trains: ViT 2 layers d 64 on 16 x 16 patches of 32 x 128 images (16
   tokens) -> linear merger -> 2-layer decoder d 96, SwiGLU 256; batch 64, 2500 steps; lexical
-  decision over a 256-word lexicon (`tasks.lexicon`). About 155 examples/s per step on the
+  decision over a 256-word lexicon (`tasks.lexicon`). About 155 training examples/s on the
   loaded 2-core machine (load 12), several times that idle.
 - small, the notes' CPU plan: ViT 4 layers d 128 on 8 x 8 patches (64 tokens) -> 4-layer
   decoder d 192, SwiGLU 512, the whole word list; 0.09 steps/s on the loaded machine.
