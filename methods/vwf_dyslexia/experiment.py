@@ -352,23 +352,39 @@ def plot(record: dict, workdir: str) -> list[str]:
     import matplotlib.pyplot as plt
 
     s = record["config"]["settings"]
-    fig, axes = plt.subplots(1, len(tasks.TASKS), figsize=(13, 3.3), sharey=True)
-    for ax, task in zip(axes, tasks.TASKS, strict=True):
+    panels = len(tasks.TASKS) + bool(s["scales"])
+    fig, axes = plt.subplots(1, panels, figsize=(3.2 * panels, 3.4))
+    for ax, task in zip(axes, tasks.TASKS, strict=False):
         intact = np.mean([_row(record, seed, "intact")[task] for seed in s["seeds"]])
         ax.axhline(intact, color="grey", lw=1, label="intact")
-        for kind, style in (("vwf", "C3o-"), ("random", "C0s--"), ("vwf_per_layer", "C1^:")):
+        for kind, color, style in (("vwf", "C3", "o-"), ("random", "C0", "s--"),
+                                   ("vwf_per_layer", "C1", "^:")):  # fmt: skip
             c = curves(record, kind, task)
-            mean = c.mean(0)
-            ax.plot(s["percents"], mean, style, label=kind.replace("_", " "))
-            ax.fill_between(s["percents"], c.min(0), c.max(0), color=style[:2], alpha=0.15)
+            ax.plot(s["percents"], c.mean(0), style, color=color, label=kind.replace("_", " "))
+            ax.fill_between(s["percents"], c.min(0), c.max(0), color=color, alpha=0.12, lw=0)
         if task == "lexical":
             ax.axhline(s["threshold"], color="k", ls=":", lw=1)
-        ax.set(xscale="log", xlabel="k (% of decoder MLP units)", title=task)
+        ax.set(xscale="log", xlabel="k (% of decoder MLP units)", title=task, ylim=(-0.02, 1.02))
+        ax.set_xticks(s["percents"], [f"{k:g}" for k in s["percents"]])
+        ax.minorticks_off()
     axes[0].set_ylabel("accuracy (held-out set)")
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=7)
+    if s["scales"]:
+        ax = axes[-1]
+        k = s["claim_percent"]
+        for task, color in zip(tasks.TASKS, ("C3", "C2", "C0", "C4"), strict=True):
+            acc = [
+                [_row(record, x, name("scale", v))[task] for v in s["scales"]] for x in s["seeds"]
+            ]
+            ax.plot(s["scales"], np.mean(acc, 0), "o-", color=color, label=task)
+        ax.set(
+            xlabel=f"scale s on the top {k:g} % VWF units", title="scale sweep", ylim=(-0.02, 1.02)
+        )
+        ax.axvline(1.0, color="grey", lw=1)
+        ax.legend(fontsize=7)
     fig.suptitle(
-        "accuracy vs lesion size: VWF units, random layer-matched units (mean over "
-        f"{s['random_masks']} draws), per-layer VWF; band = range over seeds",
+        f"accuracy vs lesion size: VWF units, random layer-matched units (mean of "
+        f"{s['random_masks']} draws), per-layer VWF; mean over seeds, band = range",
         fontsize=9,
     )
     fig.tight_layout()
