@@ -38,14 +38,17 @@ LARGEST = {
     "flow_mtp": ("configs/flow_mtp.py:size=toy", {"train.batch_size": 256}),
     "vwf_dyslexia": ("configs/vwf_dyslexia.py:size=small", {"train.batch_size": 256}),
     "dupa": ("configs/dupa.py:size=full,arm=dupa", {"train.batch_size": 256}),
-    "doit": ("configs/doit.py:size=full", {}),
+    # The digits MLP: the 2-D functions have no batch, so nothing to spread over chips.
+    "doit": ("configs/doit.py:size=full,task=digits", {"train.batch_size": 256}),
     # One round per step in the full run; 256 rounds per step over 8 steps: T = 2048.
     "hybrid_online": (
         "configs/hybrid_online.py:size=full",
         {"train.batch_size": 256, "train.steps": 8},
     ),
 }
+
 SMOKE = {name: (spec.split(":")[0] + ":size=smoke", {}) for name, (spec, _) in LARGEST.items()}
+SMOKE["doit"] = ("configs/doit.py:size=smoke,task=digits", {})  # the 2-D functions have no batch
 TABLE_TARGETS = ("v5e:16x16", "h100:2x4x8")
 
 _CONFIG = flags.DEFINE_string("config", None, "configs/<slug>.py[:arg], as launch.train's")
