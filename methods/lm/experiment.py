@@ -18,6 +18,7 @@ There is no hyperparameter search here, so no validation split is read.
 """
 
 import dataclasses
+import functools
 import os
 
 import jax
@@ -136,14 +137,12 @@ def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:
     rows, curves, configs = [], {}, {}
     for task_run in runs:
         for seed in seeds:
-            config = task_config(task_run, quick, seed)
-            print(f"-- lm/{task_run.task} seed {seed}: {config.train.steps} steps", flush=True)
-            run_dir = os.path.join(workdir, "runs", cache.key(config, code["source_hash"]))
-            out = cache.cached(
-                lambda config=config, run_dir=run_dir: train_and_evaluate(config, run_dir, devices),
-                config=config,
-                code=code["source_hash"],
-                root=os.path.join(workdir, "cache"),
+            out = cache.cached_run(
+                functools.partial(train_and_evaluate, devices=devices),
+                task_config(task_run, quick, seed),
+                code["source_hash"],
+                workdir,
+                f"lm/{task_run.task} seed {seed}",
             )
             rows.append({"task": task_run.task, "seed": seed, **out["eval"]})
             curves[f"{task_run.task}/{seed}"] = out["losses"]
