@@ -157,6 +157,18 @@ def test_qk_norm_bounds_every_score_whatever_the_input_size():
     assert float(normed) <= float(bound) * (1 + 1e-5)
     assert float(normed) > 0.1 * float(bound)  # not trivially small
     assert float(score(q_raw, k_raw)) > 100 * float(bound)  # without the norm: unbounded
+    # ... and the module's forward applies it: scores that ignore the input's scale make the
+    # output linear in a common scale of x (v is), which a softmax over raw scores is not.
+    pos = jnp.broadcast_to(dit.grid_positions(ROPE.grid), (B, N, 2))
+    mask = attention.make_mask("bidirectional", jnp.ones((B, N), bool))
+    y = lambda x: attn(x, pos, mask)[0]  # noqa: E731
+    x = x / 1e3
+    # float32: the RMS normalisation of q, k at two scales agrees to ~1e-6 relative.
+    np.testing.assert_allclose(
+        y(10 * x), 10 * y(x), rtol=1e-4, atol=1e-4 * float(jnp.abs(y(x)).max())
+    )
+    attn.qk_norm = False
+    assert float(jnp.max(jnp.abs(y(10 * x) - 10 * y(x)))) > 1e-2 * float(jnp.abs(y(x)).max())
 
 
 def test_default_backbone_has_no_qk_norm_parameters():

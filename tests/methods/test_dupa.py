@@ -1,12 +1,15 @@
 """DUPA: the alignment loss, the stacked K-path forward, stop-gradient, the projector's init,
 the loss of each arm, and the quick experiment (slow)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from configs import dupa as dupa_config
+from core.errors import ConfigError
 from core.nn import dit
 from methods import dupa
 from methods.dupa import align
@@ -132,6 +135,25 @@ def test_every_arm_gives_a_finite_loss_of_its_kind(arm, tmp_path):
     if aligned:
         expected = metrics["velocity_loss"] + 0.5 * metrics["align_loss"]
         np.testing.assert_allclose(loss, expected, rtol=1e-6)  # float32 sum of two terms
+
+
+def test_rope_backbone_and_the_second_study_change_only_the_backbone():
+    from methods.dupa import experiment
+
+    cfg = dupa.model_config(dupa_config.get_config("size=smoke,backbone=rope"))
+    assert (cfg.position, cfg.qk_norm) == ("rope2d", True)
+    cfg = dupa.model_config(dupa_config.get_config("size=smoke"))
+    assert (cfg.position, cfg.qk_norm) == ("sincos", False)  # the first study's, by default
+    with pytest.raises(ConfigError, match="backbone"):
+        dupa_config.get_config("backbone=learned")
+    # Same arms, recipe, claims and margins as the first study: only the backbone differs.
+    assert experiment.FULL_ROPE.backbone == "rope"
+    assert dataclasses.replace(experiment.FULL_ROPE, backbone="sincos") == experiment.FULL
+    rope, sincos = (experiment.run_config(s, "dupa", 0, "w") for s in (experiment.FULL_ROPE,
+                    experiment.FULL))  # fmt: skip
+    for c in (rope, sincos):
+        del c.model["position"], c.model["qk_norm"]
+    assert rope.to_dict() == sincos.to_dict()
 
 
 # Measured (lr 1e-3, 150 steps): DUPA's FD below DDT-B's on all 3 seeds, by 5.4 [1.9, 7.5],
