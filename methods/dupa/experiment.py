@@ -183,7 +183,8 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
     fd = {arm: results.by_seed(record["rows"], "fd", arm=arm) for arm in s["arms"]}
     m = float(np.mean(list(fd["ddt"].values())))
     margin = s["margin_fraction"] * m
-    head = f"{s.get('backbone', 'sincos')}: at {s['steps']} steps"
+    backbone = s.get("backbone", "sincos")  # the first study's record predates the field
+    head = f"{backbone}: at {s['steps']} steps"
     if "dual" not in fd:  # quick: DDT-B and DUPA only
         return [
             IntervalClaim.beats(
@@ -219,15 +220,15 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
             margin,
         ),
         IntervalClaim.at_most(
-            f"DUPA reaches DDT-B's final FD within {s['max_step_fraction']:g} of the steps "
-            f"(first checkpoint at or below it; {NOT_REACHED:g} = never)",
+            f"{backbone}: DUPA reaches DDT-B's final FD within {s['max_step_fraction']:g} of the "
+            f"steps (first checkpoint at or below it; {NOT_REACHED:g} = never)",
             "dupa/steps to DDT-B's final FD (fraction)",
             step_fractions(record),
             s["max_step_fraction"],
         ),
         IntervalClaim.beats(
-            f"the encoder's linear probe (t = 0.5, block tokens) is higher with DUPA by "
-            f"> {s['probe_margin']:g}",
+            f"{backbone}: the encoder's linear probe (t = 0.5, block tokens) is higher with DUPA "
+            f"by > {s['probe_margin']:g}",
             "probe accuracy: dupa - ddt",
             probe["dupa"],
             probe["ddt"],
