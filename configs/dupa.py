@@ -4,8 +4,10 @@
     python -m launch.train --config=configs/dupa.py:size=full,arm=ddt_2b --workdir=/tmp/ddt2b
 
 Options: mesh (a preset in configs/common.py), size (smoke | quick | full), arm (ddt | ddt_2b |
-dual | dupa | dupa_sg | repa: methods/dupa/__init__.py). train.batch_size is images per step
-(B; 2B for ddt_2b); the dual-path arms run K = 2 paths per image, a forward of 2B rows.
+dual | dupa | dupa_sg | repa: methods/dupa/__init__.py), backbone (sincos: additive sin-cos
+positions, the first study's; rope: DDT's 2-D RoPE and QK-norm, no additive positions).
+train.batch_size is images per step (B; 2B for ddt_2b); the dual-path arms run K = 2 paths per
+image, a forward of 2B rows.
 Evaluation (FD-digits, conditional accuracy, probe; eval.num_samples > 0) trains the digits
 classifier once into eval.classifier_cache.
 """
@@ -27,6 +29,11 @@ ARMS = {
         paths=1, align_weight=0.5, stop_gradient=False, target="classifier", batch_factor=1
     ),
 }
+# backbone -> core.nn.dit position and qk_norm
+BACKBONES = {
+    "sincos": dict(position="sincos", qk_norm=False),
+    "rope": dict(position="rope2d", qk_norm=True),
+}
 SIZES = {
     # d_model, heads, d_ff, encoder / decoder blocks, align block, steps, batch B, samples
     "smoke": dict(d=32, heads=2, ff=64, enc=2, dec=1, align=0, steps=2, batch=8, samples=0),
@@ -38,9 +45,10 @@ SIZES = {
 
 
 def get_config(arg: str | None = None) -> ConfigDict:
-    opts = parse_arg(arg, {"mesh": "auto", "size": "full", "arm": "dupa"})
+    opts = parse_arg(arg, {"mesh": "auto", "size": "full", "arm": "dupa", "backbone": "sincos"})
     size = choose("size", opts["size"], SIZES)
     arm = choose("arm", opts["arm"], ARMS)
+    backbone = choose("backbone", opts["backbone"], BACKBONES)
 
     c = base_config(opts["mesh"])
     c.method = "dupa"
@@ -52,6 +60,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
             d_ff=size["ff"],
             encoder_blocks=size["enc"],
             decoder_blocks=size["dec"],
+            **backbone,
         )
     )
     c.dupa = ConfigDict(

@@ -3,7 +3,8 @@ so that `import core.nn.positions` does not pay for flax):
 
   layers       RMSNorm, dense_factory, SwiGLU (with_gate: the gate pre-activation, a unit
                mask), PreNormBlock (NNX modules any model config uses)
-  positions    position encodings for attention: "none", "rope"; `apply_positions(kind, ...)`
+  positions    position encodings for attention: "none", "rope", "rope2d" (a 2-D grid);
+               `apply_positions(kind, ...)`
   attention    make_mask (causal / bidirectional / block / segment + key padding),
                encode_positions (a kind or a method's function), attend (impl xla /
                dot_product / auto), MultiHeadAttention, write_cache

@@ -23,8 +23,9 @@ index) is visible to them, and the kind applies among the new tokens. That is ex
 "causal", and for "block" and "bidirectional" when a block arrives in one call (a decoder
 cannot revise what earlier queries saw); "segment" has no cached form (ValueError).
 
-Positions (`encode_positions(positions, ...)`): a kind name, "none" or "rope"
-(`core.nn.positions`), or a function a method supplies,
+Positions (`encode_positions(positions, ...)`): a kind name, "none", "rope" or "rope2d"
+(`core.nn.positions`; "rope2d" takes positions [B, T, 2]: row, column), or a function a method
+supplies,
 
     positions(q_BTHK, k_BTHK, *, positions_BT, x_BTD, key_mask_BT, state) -> (q, k, state)
 
@@ -182,7 +183,10 @@ def attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, *, impl: str = "xla"):
 
 
 class MultiHeadAttention(nnx.Module):
-    """q, k, v, o projections (bias-free, [D, D]) around `encode_positions` and `attend`.
+    """q, k, v, o projections (bias-free, [D, D]) around `encode_positions` and `attend`;
+    qk_norm=True adds an RMSNorm over each head's features of q and of k (one scale [K] each,
+    shared by the heads, as DDT / SD3 / FLUX): every score is then at most sqrt(K) times the
+    largest entries of the two scales (sqrt(K) at init), whatever the input's size.
 
     cfg needs d_model, num_heads, dtype, param_dtype (and rope_base for "rope"). q, k and v
     are separate projections so tensor parallelism can split each over heads by sharding its
@@ -192,13 +196,23 @@ class MultiHeadAttention(nnx.Module):
     """
 
     def __init__(
-        self, cfg, rngs: nnx.Rngs, *, positions: str | Callable = "rope", impl: str = "xla"
+        self,
+        cfg,
+        rngs: nnx.Rngs,
+        *,
+        positions: str | Callable = "rope",
+        impl: str = "xla",
+        qk_norm: bool = False,
     ):
         check_positions(positions)
         check_impl(impl)
         dense = layers.dense_factory(cfg, rngs)
         D = cfg.d_model
         self.q, self.k, self.v, self.o = dense(D, D), dense(D, D), dense(D, D), dense(D, D)
+        if qk_norm:  # no parameters otherwise: existing checkpoints keep their tree
+            norm = layers.norm_factory(cfg)
+            self.q_norm, self.k_norm = norm(D // cfg.num_heads), norm(D // cfg.num_heads)
+        self.qk_norm = qk_norm
         self.num_heads = cfg.num_heads
         self.rope_base = getattr(cfg, "rope_base", 10000.0)
         self.positions = positions
@@ -223,6 +237,8 @@ class MultiHeadAttention(nnx.Module):
         q_BTHK = self.q(x_BTD).reshape(B, T, H, K)
         k_BTHK = self.k(x_BTD).reshape(B, T, H, K)
         v_BTHK = self.v(x_BTD).reshape(B, T, H, K)
+        if self.qk_norm:  # before the rotation, which keeps the norm (DDT, SD3)
+            q_BTHK, k_BTHK = self.q_norm(q_BTHK), self.k_norm(k_BTHK)
         q_BTHK, k_BTHK, _ = encode_positions(
             self.positions,
             q_BTHK,

@@ -11,8 +11,8 @@ Architecture (DDT, "Decoupled Diffusion Transformer"; plain DiT when decoder_blo
   c = SiLU(t_emb(t) + y_emb(y))         t_emb: sinusoidal(t * time_scale) -> Linear-SiLU-Linear;
                                          y_emb: a table of num_classes + 1 rows, the last the
                                          null class of classifier-free guidance (`null_label`)
-  encoder: s = blocks(embed(patchify(x_t)) + positions; c)        -> per-token conditions s
-  decoder: h = blocks(embed(patchify(x_t)) + positions; SiLU(t_emb + s))  (per token)
+  encoder: s = blocks(embed(patchify(x_t)) [+ positions]; c)      -> per-token conditions s
+  decoder: h = blocks(embed(patchify(x_t)) [+ positions]; SiLU(t_emb + s))  (per token)
            v = unpatchify(final(h; SiLU(t_emb + s)))
 With decoder_blocks == 0 (plain DiT) the encoder's tokens go straight to the final layer,
 conditioned on c: `encode` returns the last hidden tokens and `decode` is the final layer.
@@ -25,14 +25,17 @@ Blocks are adaLN-Zero: [shift, scale, gate] x 2 = Linear(condition) (zero-initia
 x += gate_a * attn(norm(x) * (1 + scale_a) + shift_a); x += gate_m * mlp(... same ...). The
 final layer's modulation and output projection are zero-initialised too: at init every block is
 the identity and the network outputs exactly zero. Norms are RMSNorm (DDT's); attention is
-`core.nn.attention.MultiHeadAttention`, bidirectional, no QK-norm; MLPs SwiGLU. Positions
-(cfg.position): "sincos" (default: fixed 2-D sin-cos absolute positions added to the tokens,
-MAE's layout), "learned" (a [N, D] table per stack, normal(0.02)) or "none". DDT's 2-D RoPE is
-not implemented (a small model does not need it).
+`core.nn.attention.MultiHeadAttention`, bidirectional; MLPs SwiGLU. Positions (cfg.position):
+"sincos" (default: fixed 2-D sin-cos absolute positions added to the tokens, MAE's layout),
+"learned" (a [N, D] table per stack, normal(0.02)), "none", or "rope2d" (DDT's: nothing added
+to the tokens; inside every attention half of each head's q and k features are rotated by the
+patch's row, half by its column, `core.nn.positions.rope2d`, so scores see only 2-D offsets).
+cfg.qk_norm (default off; DDT's and SD3's) RMS-normalises q and k per head before the rotation.
+With the defaults the parameters and numbers are those of the DiT before either option existed.
 
-Capture names (`capture_names`): "encoder/embed" and "decoder/embed" (tokens + positions, before
-the first block), "encoder/blocks/<k>" and "decoder/blocks/<k>" (the residual stream after
-block k), "condition" (s, the encoder's output).
+Capture names (`capture_names`): "encoder/embed" and "decoder/embed" (tokens + additive
+positions, before the first block), "encoder/blocks/<k>" and "decoder/blocks/<k>" (the residual
+stream after block k), "condition" (s, the encoder's output).
 
 Shape suffixes: B batch, H W C image, N tokens, P patch features (p * p * C), D d_model.
 """
@@ -50,19 +53,20 @@ from flax import nnx
 from core.errors import ConfigError
 from core.nn import attention, layers
 
-POSITIONS = ("sincos", "learned", "none")
+POSITIONS = ("sincos", "learned", "none")  # what core.nn.vit accepts too
+DIT_POSITIONS = (*POSITIONS, "rope2d")
 
 
-def check_image_blocks(cfg, who: str) -> None:
+def check_image_blocks(cfg, who: str, positions=POSITIONS) -> None:
     """The checks an image transformer's config shares (DiTConfig, core.nn.vit.ViTConfig):
     heads dividing d_model, the position encoding, the attention impl and the dtypes."""
     if cfg.d_model % cfg.num_heads:
         raise ConfigError(
             f"{who}.d_model={cfg.d_model} must be divisible by num_heads={cfg.num_heads}"
         )
-    if cfg.position not in POSITIONS:
+    if cfg.position not in positions:
         raise ConfigError(
-            f"{who}.position: unknown {cfg.position!r}; expected one of: " + ", ".join(POSITIONS)
+            f"{who}.position: unknown {cfg.position!r}; expected one of: " + ", ".join(positions)
         )
     if cfg.position == "sincos" and cfg.d_model % 4:
         raise ConfigError(
@@ -91,7 +95,8 @@ class DiTConfig:
     encoder_blocks: int
     decoder_blocks: int  # 0: plain DiT (no condition/velocity split)
     num_classes: int  # labels 0..num_classes-1; num_classes is the null class
-    position: str = "sincos"
+    position: str = "sincos"  # DIT_POSITIONS
+    qk_norm: bool = False
     time_scale: float = 1000.0  # t in [0, 1] (flow) -> DiT's integer-step frequency range
     freq_dim: int = 256  # width of the sinusoidal timestep features
     dtype: str = "float32"
@@ -114,7 +119,15 @@ class DiTConfig:
             )
         if self.freq_dim % 2:
             raise ConfigError(f"DiTConfig.freq_dim must be even, got {self.freq_dim}")
-        check_image_blocks(self, "DiTConfig")
+        check_image_blocks(self, "DiTConfig", DIT_POSITIONS)
+        head_dim = self.d_model // self.num_heads
+        if self.position == "rope2d" and head_dim % 4:
+            raise ConfigError(
+                f"DiTConfig.position='rope2d' needs a head dim (d_model / num_heads = {head_dim}) "
+                "divisible by 4"
+            )
+        if not isinstance(self.qk_norm, bool):
+            raise ConfigError(f"DiTConfig.qk_norm must be a bool, got {self.qk_norm!r}")
 
     @property
     def grid(self) -> int:
@@ -180,6 +193,12 @@ def sincos_positions(grid: int, dim: int, grid_cols: int | None = None) -> np.nd
     return np.concatenate([encode(rows), encode(cols)], axis=1).astype(np.float32)
 
 
+def grid_positions(grid: int) -> np.ndarray:
+    """(row, column) of every patch, row-major as `patchify`: int32 [grid * grid, 2]."""
+    rows, cols = np.meshgrid(np.arange(grid), np.arange(grid), indexing="ij")
+    return np.stack([rows.ravel(), cols.ravel()], axis=1).astype(np.int32)
+
+
 def _linear(cfg, rngs, d_in, d_out, *, zero=False, init=None):
     """A dense layer with bias through `flat_dot_general`; zero=True for adaLN-Zero layers."""
     kernel_init = nnx.initializers.zeros_init() if zero else init
@@ -220,16 +239,22 @@ class AdaLNBlock(nnx.Module):
         norm = layers.norm_factory(cfg)
         self.attn_norm = norm(cfg.d_model)
         self.attn = attention.MultiHeadAttention(
-            cfg, rngs, positions="none", impl=cfg.attention_impl
+            cfg,
+            rngs,
+            positions="rope2d" if cfg.position == "rope2d" else "none",
+            impl=cfg.attention_impl,
+            qk_norm=cfg.qk_norm,
         )
         self.mlp_norm = norm(cfg.d_model)
         self.mlp = layers.SwiGLU(cfg, rngs)
         self.modulation = _linear(cfg, rngs, cfg.d_model, 6 * cfg.d_model, zero=True)
 
-    def __call__(self, x_BND, cond_BND, mask_BNN):
+    def __call__(self, x_BND, cond_BND, mask_BNN, positions_BN2=None):
+        """positions_BN2: the patches' (row, column) for "rope2d", else None."""
         mods = jnp.split(self.modulation(cond_BND), 6, axis=-1)
         shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = mods
-        y_BND, _ = self.attn(modulate(self.attn_norm(x_BND), shift_a, scale_a), None, mask_BNN)
+        h_BND = modulate(self.attn_norm(x_BND), shift_a, scale_a)
+        y_BND, _ = self.attn(h_BND, positions_BN2, mask_BNN)
         x_BND = x_BND + gate_a * y_BND
         return x_BND + gate_m * self.mlp(modulate(self.mlp_norm(x_BND), shift_m, scale_m))
 
@@ -275,8 +300,11 @@ class Stack(nnx.Module):
         keep(f"{name}/embed", h_BND)
         B, N, _ = h_BND.shape
         mask_BNN = attention.make_mask("bidirectional", jnp.ones((B, N), bool))
+        positions_BN2 = None
+        if self.cfg.position == "rope2d":
+            positions_BN2 = jnp.broadcast_to(grid_positions(self.cfg.grid), (B, N, 2))
         for k, block in enumerate(self.blocks):
-            h_BND = block(h_BND, cond_BND, mask_BNN)
+            h_BND = block(h_BND, cond_BND, mask_BNN, positions_BN2)
             keep(f"{name}/blocks/{k}", h_BND)
         return h_BND
 

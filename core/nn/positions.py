@@ -7,11 +7,15 @@ Kinds:
   "none": q and k unchanged (the model only sees order through the causal mask).
   "rope": rotary embedding, half-split ("rotate_half", GPT-NeoX) layout: feature j is paired
           with feature j + K/2 and the pair is rotated by angle position * base^(-2j/K).
+  "rope2d": 2-D rotary embedding for a grid of patches (DDT's, as in EVA / FLUX): positions
+          are [B, T, 2] (row, column); the first half of each head's features is a "rope"
+          over the row, the second half a "rope" over the column, so a query-key score
+          depends on the two positions only through their 2-D offset.
 """
 
 import jax.numpy as jnp
 
-POSITION_KINDS = ("none", "rope")
+POSITION_KINDS = ("none", "rope", "rope2d")
 
 
 def rope(x_BTHK, positions_BT, *, base: float = 10000.0):
@@ -34,6 +38,22 @@ def rope(x_BTHK, positions_BT, *, base: float = 10000.0):
     return out.astype(x_BTHK.dtype)
 
 
+def rope2d(x_BTHK, positions_BT2, *, base: float = 10000.0):
+    """`rope` of the first half of x's head features by the row (positions[..., 0]) and of
+    the second half by the column (positions[..., 1]). Needs a head dim divisible by 4."""
+    K = x_BTHK.shape[-1]
+    if K % 4:
+        raise ValueError(f"rope2d needs a head dim divisible by 4, got {K}")
+    if positions_BT2.ndim != 3 or positions_BT2.shape[-1] != 2:
+        raise ValueError(
+            f"rope2d needs positions [B, T, 2] (row, column), got {positions_BT2.shape}"
+        )
+    half = K // 2
+    rows = rope(x_BTHK[..., :half], positions_BT2[..., 0], base=base)
+    cols = rope(x_BTHK[..., half:], positions_BT2[..., 1], base=base)
+    return jnp.concatenate([rows, cols], axis=-1)
+
+
 def check_kind(kind: str) -> None:
     """Raises the one-line error for an unknown encoding (shared by configs and attention)."""
     if kind not in POSITION_KINDS:
@@ -53,6 +73,8 @@ def apply_positions(kind: str, q_BTHK, k_BTHK, positions_BT, *, base: float = 10
         return q_BTHK, k_BTHK
     if kind == "rope":
         return rope(q_BTHK, positions_BT, base=base), rope(k_BTHK, positions_BT, base=base)
+    if kind == "rope2d":  # positions_BT is [B, T, 2] here
+        return rope2d(q_BTHK, positions_BT, base=base), rope2d(k_BTHK, positions_BT, base=base)
     # A new kind plugs in here and in POSITION_KINDS. An input-dependent one (e.g. selective
     # rotary, whose angles are a cumulative sum of a projection of x) also needs x and, for
     # decoding, an angle offset carried in the KV cache; extend this signature and the cache then.

@@ -51,6 +51,8 @@ def model_config(config) -> dit.DiTConfig:
             d_ff=m.d_ff,
             encoder_blocks=m.encoder_blocks,
             decoder_blocks=m.decoder_blocks,
+            position=m.position,
+            qk_norm=m.qk_norm,
             num_classes=digits.NUM_CLASSES,
             dtype=compute_dtype(config.dtype),
         )

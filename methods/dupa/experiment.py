@@ -1,5 +1,11 @@
 """Does aligning two noisy paths of one image train a DDT faster, beyond what the doubled batch
-buys? A tiny DDT on scikit-learn digits (pixel space, `configs/dupa.py`), six arms x 3 seeds.
+buys? A tiny DDT on scikit-learn digits (pixel space, `configs/dupa.py`), six arms x 3 seeds,
+on two backbones, each its own record (RESULT_RUNS) with the same claims:
+- "full" (the first study): additive sin-cos positions (`core.nn.dit` position "sincos");
+- "full_rope" (the second, fixed before it ran, after the first study's diagnosis that shared
+  additive positions make the two paths' tokens similar before any training): DDT's own 2-D
+  RoPE inside attention and QK-norm, nothing added to the tokens (`configs/dupa.py`
+  backbone=rope). Every other setting, the arms, claims and margins are the first study's.
 
 Arms (configs/dupa.py ARMS): DDT at batch B, DDT at batch 2B (the equal-compute control),
 dual-path with lambda = 0, DUPA (lambda = 0.5), DUPA with a stop-gradient on one path, and REPA
@@ -20,13 +26,20 @@ Claims (fixed before the first full run; margins are fractions of DDT-B's mean f
 - DUPA reaches DDT-B's final FD (same seed) by 2/3 of the steps: the first checkpoint at or
   below it, as a fraction of the run (2.0 if never), at most 0.8 on every seed;
 - the probe accuracy is higher with DUPA than with DDT-B by more than 0.01.
-Quick (about 30 s of an idle machine): DDT-B and DUPA only, a smaller model, 150 steps, one
-evaluation; DUPA's FD below DDT-B's by more than 0.05 m. Every (arm, seed) run is cached by
-config and code hash (`core.cache`).
+Quick (aimed at about 30 s of an idle 2-core machine): DDT-B and DUPA only on the RoPE
+backbone, the quick model (width 32), 100 steps, one evaluation of 100 samples with 10 Euler
+steps, the digits classifier read from the per-machine cache; the claim, fixed before it ran:
+DUPA's FD below DDT-B's by more than 0.05 m. Every (arm, seed) run is cached by config and code
+hash (`core.cache`).
+
+    python -m launch.reproduce --methods=dupa            # both backbones, both records
+    python -m methods.dupa.experiment --backbone=rope --workdir=/tmp/dupa_rope   # one of them
 """
 
+import argparse
 import dataclasses
 import os
+import shutil
 import time
 
 import jax
@@ -54,6 +67,7 @@ GRID_PER_CLASS = 2  # samples per digit in the figure's grid
 @dataclasses.dataclass(frozen=True)
 class Settings:
     size: str  # configs/dupa.py size
+    backbone: str  # configs/dupa.py backbone
     arms: tuple[str, ...]
     steps: int
     evaluations: int  # evenly spaced, the last at `steps`
@@ -67,19 +81,26 @@ class Settings:
 # Sized on the loaded 2-core machine (load 7-11 from other jobs): a first full run at 600 steps
 # and 3 evaluations took 6.5 min per (arm, seed) (DDT at 2B), about 2 hours for the 18 runs, and
 # was stopped after two runs; this one trains 450 steps with 3 evaluations of 200 samples.
-FULL = Settings("full", ARMS, 450, 3, 200, 50, 0.05, 0.01, 0.8)
-QUICK = Settings("quick", ("ddt", "dupa"), 150, 1, 100, 25, 0.05, 0.01, 0.8)
+FULL = Settings("full", "sincos", ARMS, 450, 3, 200, 50, 0.05, 0.01, 0.8)
+FULL_ROPE = dataclasses.replace(FULL, backbone="rope")  # the second study: only the backbone
+# The quick run (a smoke check, ~30 s idle, the digits classifier cached per machine). Its size
+# came from time, not from its result: 150 steps and 25 sampling steps took 70 s idle.
+QUICK = Settings("quick", "rope", ("ddt", "dupa"), 100, 1, 100, 10, 0.05, 0.01, 0.8)
+# record name -> settings; launch.reproduce saves and re-derives each full record.
+RUNS = {"full": FULL, "full_rope": FULL_ROPE}
+RESULT_RUNS = tuple(RUNS)
 
 
 def run_config(s: Settings, arm: str, seed: int, workdir: str):
-    config = dupa_config.get_config(f"size={s.size},arm={arm}")
+    config = dupa_config.get_config(f"size={s.size},arm={arm},backbone={s.backbone}")
     config.seed = seed
     config.train.steps = s.steps
     config.train.eval_every = s.steps // s.evaluations
     config.train.log_every = max(s.steps // 4, 1)
     config.train.checkpoint_every = 0
     config.eval.num_samples, config.eval.sample_steps = s.num_samples, s.sample_steps
-    config.eval.classifier_cache = os.path.join(workdir, "cache")
+    if s.size != "quick":  # quick: the config's per-machine cache, trained once per machine
+        config.eval.classifier_cache = os.path.join(workdir, "cache")
     return config
 
 
@@ -114,14 +135,15 @@ def cached_run(config, workdir: str, code: str, label: str) -> dict:
     return cache.cached_run(train_and_evaluate, config, code, workdir, f"dupa/{label}")
 
 
-def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:
-    s = QUICK if quick else FULL
+def measure(workdir: str, *, quick: bool = False, run: str = "full", seeds=SEEDS) -> dict:
+    s = QUICK if quick else RUNS[run]
     code = results.code_version("dupa")["source_hash"]
     rows, curves, samples = [], {}, {}
     # Arm by arm, the arms the claims compare first: a run cut short still has whole arms.
     for arm in s.arms:
         for seed in seeds:
-            out = cached_run(run_config(s, arm, seed, workdir), workdir, code, f"{arm} seed {seed}")
+            label = f"{s.backbone}: {arm} seed {seed}"
+            out = cached_run(run_config(s, arm, seed, workdir), workdir, code, label)
             final = {k: out["final"][k] for k in ("fd", "cond_accuracy", "probe_accuracy")}
             rows.append({"arm": arm, "seed": seed, **final, "seconds": out["seconds"]})
             curves[f"{arm}/{seed}"] = [(e["step"], e["fd"]) for e in out["evals"]]
@@ -129,7 +151,7 @@ def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:
                 samples[arm] = out["samples"]
     return results.record(
         "dupa",
-        "quick" if quick else "full",
+        "quick" if quick else run,
         config={
             "seeds": list(seeds),
             "quick": quick,
@@ -161,7 +183,7 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
     fd = {arm: results.by_seed(record["rows"], "fd", arm=arm) for arm in s["arms"]}
     m = float(np.mean(list(fd["ddt"].values())))
     margin = s["margin_fraction"] * m
-    head = f"at {s['steps']} steps"
+    head = f"{s.get('backbone', 'sincos')}: at {s['steps']} steps"
     if "dual" not in fd:  # quick: DDT-B and DUPA only
         return [
             IntervalClaim.beats(
@@ -226,6 +248,12 @@ def summary(record: dict) -> list[dict]:
     return out
 
 
+def figure_suffix(record: dict) -> str:
+    """The figures' file suffix: none for "full" and "quick", "_rope" for "full_rope"."""
+    part = record["run"].partition("_")[2]
+    return f"_{part}" if part else ""
+
+
 def plot(record: dict, workdir: str) -> list[str]:
     import matplotlib
 
@@ -233,6 +261,8 @@ def plot(record: dict, workdir: str) -> list[str]:
     import matplotlib.pyplot as plt
 
     arms = record["config"]["settings"]["arms"]
+    backbone = record["config"]["settings"].get("backbone", "sincos")
+    suffix = figure_suffix(record)
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for i, arm in enumerate(arms):
         for seed in record["config"]["seeds"]:
@@ -240,10 +270,10 @@ def plot(record: dict, workdir: str) -> list[str]:
             label = LABELS[arm] if seed == record["config"]["seeds"][0] else None
             ax.plot(steps, fds, "o-", color=f"C{i}", alpha=0.7, label=label)
     ax.set(xlabel="training step", ylabel="FD-digits (test, EMA weights)", yscale="log")
-    ax.set_title("FD vs steps, one line per seed")
+    ax.set_title(f"FD vs steps, {backbone} backbone, one line per seed")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    curve_path = os.path.join(workdir, "dupa_fd_vs_steps.png")
+    curve_path = os.path.join(workdir, f"dupa_fd_vs_steps{suffix}.png")
     fig.savefig(curve_path, dpi=120)
     plt.close(fig)
 
@@ -255,20 +285,46 @@ def plot(record: dict, workdir: str) -> list[str]:
         ax.set_axis_off()
         ax.set_title(LABELS[arm], fontsize=9)
     fig.tight_layout()
-    grid_path = os.path.join(workdir, "dupa_samples.png")
+    grid_path = os.path.join(workdir, f"dupa_samples{suffix}.png")
     fig.savefig(grid_path, dpi=120)
     plt.close(fig)
     return [curve_path, grid_path]
 
 
-def run(workdir: str, *, quick: bool = False) -> Report:
-    record = measure(workdir, quick=quick)
-    claims = claims_from_results(record)
+def run(workdir: str, *, quick: bool = False, runs=None) -> Report:
+    """The quick record, or the full records `runs` (default all, the RoPE study first: a run
+    cut short has the newer one), each with its claims, in one report."""
+    names = ("quick",) if quick else (runs or ("full_rope", "full"))
+    records = [measure(workdir, quick=quick, run=name) for name in names]
+    claims = [c for r in records for c in claims_from_results(r)]
     return Report(
         method="dupa",
-        figures=plot(record, workdir),
+        figures=[f for r in records for f in plot(r, workdir)],
         claims=claims,
         metrics={c.metric: c.interval.to_dict() for c in claims},
         command="python -m launch.reproduce --methods=dupa" + (" --quick" if quick else ""),
-        results=record,
+        results=records if len(records) > 1 else records[0],
     )
+
+
+def main() -> None:
+    """One full record (e.g. the RoPE study alone): trains, prints its claims, saves
+    methods/dupa/results/<run>.json and copies its figures beside this README."""
+    from core import compile_cache
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--run", choices=RESULT_RUNS, default="full_rope")
+    parser.add_argument("--workdir", required=True)
+    args = parser.parse_args()
+    compile_cache.enable()
+    report = run(args.workdir, runs=(args.run,))
+    for claim in report.claims:
+        print(f"{'holds' if claim.holds else 'NO   '}  {claim.text}: {claim.measured_text()}")
+    print("saved", results.save(report.results))
+    here = os.path.dirname(os.path.abspath(__file__))
+    for figure in report.figures:
+        shutil.copy(figure, os.path.join(here, os.path.basename(figure).removeprefix("dupa_")))
+
+
+if __name__ == "__main__":
+    main()
