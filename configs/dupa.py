@@ -37,7 +37,7 @@ BACKBONES = {
 SIZES = {
     # d_model, heads, d_ff, encoder / decoder blocks, align block, steps, batch B, samples
     "smoke": dict(d=32, heads=2, ff=64, enc=2, dec=1, align=0, steps=2, batch=8, samples=0),
-    # The notes' tiny DDT (patch 2 -> 16 tokens, 4 + 2 blocks, align at encoder block 2 of 4,
+    # Our plan's tiny DDT (patch 2 -> 16 tokens, 4 + 2 blocks, align at encoder block 2 of 4,
     # i.e. index 1) at the width and length the experiment affords on 2 shared cores.
     "quick": dict(d=32, heads=2, ff=64, enc=4, dec=2, align=1, steps=150, batch=32, samples=100),
     "full": dict(d=64, heads=4, ff=128, enc=4, dec=2, align=1, steps=450, batch=32, samples=200),
@@ -78,7 +78,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
             ema_warmup=True,
         )
     )
-    # AdamW, no weight decay, 10 % warm-up, constant rate: the notes' recipe (3e-4 over 2-3k
+    # AdamW, no weight decay, 10 % warm-up, constant rate: our plan's recipe (3e-4 over 2-3k
     # steps at batch 64) scaled to runs 4-20x shorter: 1e-3, fixed before the first full run,
     # untuned, the same for every arm.
     set_training(c, steps=size["steps"], batch_size=size["batch"] * arm["batch_factor"], lr=1e-3)
