@@ -17,6 +17,7 @@ at the alignment block:
 Collapse: same ~ cross ~ 1 and spread ~ 0.
 """
 
+import functools
 import json
 import pathlib
 
@@ -54,15 +55,19 @@ def collapse_metrics(z_KBNP) -> dict[str, float]:
     return {"same": float(same), "cross": float(cross), "spread": float(spread)}
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "align_at"))
+def tokens(cfg, params, x_BHWC, y_B, rng, *, align_at):
+    """Encoder tokens at `align_at` and their projections, two (t, eps) paths per image."""
+    out = align.paths_forward(cfg, params["net"], x_BHWC, y_B, rng, paths=2, align_at=align_at)
+    features_KBND = out.features_KBND.astype(jnp.float32)
+    return features_KBND, align.project(params["projector"], features_KBND)
+
+
 def measure(config, params, x_BHWC, y_B, rng) -> dict[str, dict[str, float]]:
     """collapse_metrics of the projected tokens and of the encoder tokens they come from."""
-    cfg = dupa.model_config(config)
-    out = align.paths_forward(
-        cfg, params["net"], x_BHWC, y_B, rng, paths=2, align_at=dupa.align_name(config)
-    )
-    features = out.features_KBND.astype(jnp.float32)
-    z_KBNP = align.project(params["projector"], features)
-    return {"projected": collapse_metrics(z_KBNP), "encoder": collapse_metrics(features)}
+    cfg, at = dupa.model_config(config), dupa.align_name(config)
+    features_KBND, z_KBNP = tokens(cfg, params, x_BHWC, y_B, rng, align_at=at)
+    return {"projected": collapse_metrics(z_KBNP), "encoder": collapse_metrics(features_KBND)}
 
 
 def initial_params(config):
