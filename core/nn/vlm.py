@@ -2,6 +2,10 @@
 the image tokens first and then the text tokens through its embeddings-in path. Pure functions
 over plain pytrees (params = {"vit", "merger", "decoder"}).
 
+The merger (cfg.merge = m, default 1) concatenates each m x m block of neighbouring ViT tokens
+before its linear map, as Qwen2-VL's 2 x 2 merger: the encoder sees fine patches, the decoder
+gets m^2 times fewer image tokens (N = (H/p)(W/p) / m^2, in row-major block order).
+
     params = init_params(cfg, rng)
     out = apply(cfg, params, images_BHWC, tokens_BT, capture=gate_names(cfg))
     out.logits_BTV                     # [B, N + T, V]: N image positions, then T text ones
@@ -27,8 +31,8 @@ Capture names (`capture_names`): "vit/<name>" (`core.nn.vit.capture_names`), "me
 image tokens in the decoder's width, = the decoder's first N input embeddings), "decoder/<name>"
 (`core.nn.transformer.capture_names`; "decoder/embed" is the whole input sequence).
 
-Shape suffixes: B batch, H W C image, N image tokens, T text tokens, D width, F decoder d_ff,
-L decoder layers, V vocab.
+Shape suffixes: B batch, H W C image, N image tokens (after merging), M merged token width,
+T text tokens, D width, F decoder d_ff, L decoder layers, V vocab.
 """
 
 import dataclasses
@@ -39,7 +43,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from core.errors import ConfigError
-from core.nn import layers, transformer, vit
+from core.nn import dit, layers, transformer, vit
 
 Output = transformer.Output
 
@@ -50,22 +54,35 @@ class VLMConfig:
 
     vit: vit.ViTConfig
     decoder: transformer.TransformerConfig
+    merge: int = 1  # m: each m x m block of ViT tokens becomes one decoder token
 
     def __post_init__(self):
+        rows, cols = self.vit.grid
+        if (
+            not isinstance(self.merge, int)
+            or self.merge <= 0
+            or rows % self.merge
+            or cols % self.merge
+        ):
+            raise ConfigError(
+                f"VLMConfig.merge={self.merge!r} must be a positive int dividing the ViT's "
+                f"{rows} x {cols} patch grid"
+            )
         if self.decoder.attention_mask != "causal":
             raise ConfigError(
                 "VLMConfig.decoder.attention_mask must be 'causal' (image tokens then text, "
                 f"the module docstring says why), got {self.decoder.attention_mask!r}"
             )
-        if self.decoder.max_len <= self.vit.num_tokens:
+        if self.decoder.max_len <= self.num_image_tokens:
             raise ConfigError(
                 f"VLMConfig.decoder.max_len={self.decoder.max_len} leaves no room for text "
-                f"after the {self.vit.num_tokens} image tokens"
+                f"after the {self.num_image_tokens} image tokens"
             )
 
     @property
     def num_image_tokens(self) -> int:
-        return self.vit.num_tokens
+        """N: the image tokens the decoder reads (the ViT's, over merge^2)."""
+        return self.vit.num_tokens // self.merge**2
 
 
 @functools.lru_cache(maxsize=64)
@@ -75,8 +92,20 @@ def _merger_graphdef(cfg: VLMConfig):
 
 
 def _merger(cfg: VLMConfig, rngs: nnx.Rngs) -> nnx.Linear:
-    """Bias-free Linear(vit d_model -> decoder d_model) in the decoder's dtypes."""
-    return layers.dense_factory(cfg.decoder, rngs)(cfg.vit.d_model, cfg.decoder.d_model)
+    """Bias-free Linear(merge^2 vit d_model -> decoder d_model) in the decoder's dtypes."""
+    d_in = cfg.merge**2 * cfg.vit.d_model
+    return layers.dense_factory(cfg.decoder, rngs)(d_in, cfg.decoder.d_model)
+
+
+def merge_tokens(cfg: VLMConfig, tokens_BND):
+    """[B, (H/p)(W/p), D] -> [B, N, merge^2 D]: each merge x merge block of the row-major patch
+    grid concatenated (row-major inside the block), blocks in row-major order; the same
+    rearrangement as patchifying the token grid, so `dit.patchify` does it."""
+    if cfg.merge == 1:
+        return tokens_BND
+    B, _, D = tokens_BND.shape
+    rows, cols = cfg.vit.grid
+    return dit.patchify(tokens_BND.reshape(B, rows, cols, D), cfg.merge)
 
 
 def init_params(cfg: VLMConfig, rng: jax.Array) -> dict:
@@ -117,7 +146,8 @@ def image_embeddings(cfg: VLMConfig, params: dict, images_BHWC, *, capture=()):
     first."""
     tokens_BND, captured = vit.forward(cfg.vit, params["vit"], images_BHWC, capture=capture)
     merger = nnx.merge(_merger_graphdef(cfg), params["merger"])
-    return merger(tokens_BND.astype(jnp.dtype(cfg.decoder.dtype))), captured
+    merged_BNM = merge_tokens(cfg, tokens_BND.astype(jnp.dtype(cfg.decoder.dtype)))
+    return merger(merged_BNM), captured
 
 
 def _decode(cfg, params, x_BTD, key_mask_BT, cache, gate_mask_LF, dec_names, captured):

@@ -3,7 +3,7 @@
 - `stimuli.py`: real words (PyPI english-words), bigram-chain pseudowords with dictionary
   exclusion, Pillow rendering in matplotlib's fonts, the localiser categories (words,
   scrambled words, line faces, line objects), a shape-comparison task and sentence-picture
-  matching; grey 32 x 128 images in [-1, 1], deterministic per seed.
+  matching; grey 32 x 128 images in [0, 1] (background 0), deterministic per seed.
 - `tasks.py`: the four training tasks (lexical decision, letter read-out, shape comparison,
   sentence-picture matching) as character-token text after the image; train / eval split of
   letter strings by hash.
@@ -33,6 +33,7 @@ EVAL_SEED_OFFSET = 1_000_003  # held-out examples come from a seed stream traini
 
 def model_config(config) -> vlm.VLMConfig:
     m, dtype = config.model, compute_dtype(config.dtype)
+    merge = m.get("merge", 1)
     encoder = vit.ViTConfig(
         image_height=stimuli.HEIGHT,
         image_width=stimuli.WIDTH,
@@ -50,10 +51,10 @@ def model_config(config) -> vlm.VLMConfig:
         d_model=m.d_model,
         num_heads=m.num_heads,
         d_ff=m.d_ff,
-        max_len=encoder.num_tokens + tasks.TEXT_LEN,
+        max_len=encoder.num_tokens // merge**2 + tasks.TEXT_LEN,
         dtype=dtype,
     )
-    return vlm.VLMConfig(encoder, decoder)
+    return vlm.VLMConfig(encoder, decoder, merge=merge)
 
 
 def answer_logits(cfg: vlm.VLMConfig, params, batch, gate_mask_LF=None):

@@ -27,7 +27,7 @@ def measure(*, smoke: bool = False) -> Result:
     cfg = model_config(config)
     params = vlm.init_params(cfg, jax.random.key(0))
     batch, masks, repeats = (8, 4, 2) if smoke else (128, 16, 5)
-    images = np.random.default_rng(0).uniform(-1, 1, (batch, *cfg_shape(cfg))).astype(np.float32)
+    images = np.random.default_rng(0).uniform(0, 1, (batch, *cfg_shape(cfg))).astype(np.float32)
     tokens = np.broadcast_to(localiser.prompt_tokens(), (batch, len(localiser.PROMPT)))
 
     def captured():

@@ -1,7 +1,10 @@
 """Stimuli for the VWF-unit experiment, all generated offline and deterministic per seed.
 
-Images are grey [32, 128] float32 in [-1, 1]: background -1, ink +1 (line drawings and glyphs
-alike, so the categories differ in shape, not in brightness statistics by construction).
+Images are grey [32, 128] float32 in [0, 1]: background 0, ink 1 (line drawings and glyphs
+alike, so the categories differ in shape, not in brightness statistics by construction). The
+background is 0 so that a blank patch embeds to 0 in the ViT's bias-free patch embedding and
+ink is the only content a token carries: with background -1 every token held a shared -W 1
+as large as the ink's signal and the `cpu` size stayed at its task priors (README).
 
   words          from the PyPI package `english-words` (2.0.x): `dictionary()` every lowercase
                  a-z word of its "web2" or "gcide" list (the exclusion set), `word_list(min_len,
@@ -148,13 +151,13 @@ def font(name: str, size: int) -> ImageFont.FreeTypeFont:
 
 
 def to_array(image: Image.Image) -> np.ndarray:
-    """An 8-bit grey image (0 background, 255 ink) -> float32 [H, W] in [-1, 1]."""
-    return np.asarray(image, np.float32) / 127.5 - 1.0
+    """An 8-bit grey image (0 background, 255 ink) -> float32 [H, W] in [0, 1]."""
+    return np.asarray(image, np.float32) / 255.0
 
 
 def render_text(text: str, font_name: str, rng: np.random.Generator) -> np.ndarray:
     """`text` drawn once at a random size in FONT_SIZES (shrunk until it fits with a 2-pixel
-    margin) and a random position where it fits: float32 [32, 128] in [-1, 1]."""
+    margin) and a random position where it fits: float32 [32, 128] in [0, 1]."""
     size = int(rng.integers(FONT_SIZES[0], FONT_SIZES[1] + 1))
     while True:
         face = font(font_name, size)
@@ -175,7 +178,7 @@ def render_text(text: str, font_name: str, rng: np.random.Generator) -> np.ndarr
 def scramble(image: np.ndarray, rng: np.random.Generator, tile: int = 4) -> np.ndarray:
     """The tile x tile pixel tiles inside the ink's bounding box (on the tile grid) permuted at
     random: the same pixels in the same region with the letters' shapes destroyed."""
-    ink = np.argwhere(image > -1.0)
+    ink = np.argwhere(image > 0.0)
     if ink.size == 0:
         return image.copy()
     (r0, c0), (r1, c1) = ink.min(0) // tile, ink.max(0) // tile + 1

@@ -214,3 +214,27 @@ def test_config_and_input_errors():
         vlm.apply(CFG, params(), images(), tokens(), gate_mask_LF=jnp.ones((2, 39)))
     with pytest.raises(ValueError, match="unknown capture name"):
         vlm.apply(CFG, params(), images(), tokens(), capture=("decoder/blocks/5/mlp/gate",))
+    with pytest.raises(ConfigError, match="must be a positive int dividing"):
+        vlm.VLMConfig(CFG.vit, CFG.decoder, merge=3)  # the grid is 2 x 4
+
+
+def test_the_merger_concatenates_each_2x2_block_of_neighbouring_vit_tokens():
+    cfg = vlm.VLMConfig(CFG.vit, CFG.decoder, merge=2)
+    p = vlm.init_params(cfg, jax.random.key(0))
+    assert cfg.num_image_tokens == 2 and p["merger"]["kernel"].shape == (4 * 16, 24)
+    x = images()
+    tokens_BND = vit.apply(cfg.vit, p["vit"], x)  # the 2 x 4 grid, row-major
+    block = lambda r, c: tokens_BND[:, r * 4 + c]  # noqa: E731
+    # Decoder token j reads grid rows 0-1 and columns 2j, 2j+1: its block, row-major inside.
+    want_BNM = jnp.stack(
+        [
+            jnp.concatenate([block(0, c), block(0, c + 1), block(1, c), block(1, c + 1)], -1)
+            for c in (0, 2)
+        ],
+        axis=1,
+    )
+    merged, _ = vlm.image_embeddings(cfg, p, x)
+    # float32 matmuls of the same numbers in another order
+    np.testing.assert_allclose(merged, want_BNM @ p["merger"]["kernel"], rtol=1e-5, atol=1e-5)
+    out = apply(cfg, p, x, tokens())
+    assert out.logits_BTV.shape == (2, 2 + 5, CFG.decoder.vocab_size)

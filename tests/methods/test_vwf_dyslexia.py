@@ -39,7 +39,7 @@ def test_word_list_comes_from_english_words_within_its_lengths():
 def test_localiser_images_are_deterministic_per_seed_in_range(category):
     a = stimuli.localiser_images(category, 4, seed=3)
     assert a.shape == (4, 32, 128) and a.dtype == np.float32
-    assert a.min() == -1.0 and a.max() == 1.0 and (a > -1).mean() > 0.005  # ink present
+    assert a.min() == 0.0 and a.max() == 1.0 and (a > 0).mean() > 0.005  # ink present
     np.testing.assert_array_equal(a, stimuli.localiser_images(category, 4, seed=3))
     assert np.any(a != stimuli.localiser_images(category, 4, seed=4))
 
@@ -49,7 +49,7 @@ def test_scrambled_words_keep_the_words_ink_and_lose_the_letters():
     scrambled = stimuli.localiser_images("scrambled_word", 5, seed=0)
     for w, s in zip(words, scrambled, strict=True):
         np.testing.assert_array_equal(np.sort(w.ravel()), np.sort(s.ravel()))
-        ink_w, ink_s = np.argwhere(w > -1), np.argwhere(s > -1)
+        ink_w, ink_s = np.argwhere(w > 0), np.argwhere(s > 0)
         assert np.all(ink_s.min(0) >= ink_w.min(0) // 4 * 4)  # inside the word's tile box
         assert np.all(ink_s.max(0) < (ink_w.max(0) // 4 + 1) * 4)
         assert np.mean(w != s) > 0.02  # the letters' pixels moved
@@ -59,7 +59,7 @@ def test_rendering_differs_by_font_and_refuses_text_that_does_not_fit():
     images = [stimuli.render_text("glove", f, np.random.default_rng(0)) for f in stimuli.FONTS]
     assert all(np.any(a != b) for a, b in zip(images, images[1:], strict=False))
     for name in stimuli.HELD_OUT_FONTS:
-        assert (stimuli.render_text("glove", name, np.random.default_rng(0)) > -1).any()
+        assert (stimuli.render_text("glove", name, np.random.default_rng(0)) > 0).any()
     with pytest.raises(ValueError, match="does not fit"):
         stimuli.render_text("x" * 40, stimuli.FONTS[0], np.random.default_rng(0))
     with pytest.raises(ValueError, match="not found"):
@@ -72,7 +72,7 @@ def test_shape_comparison_draws_the_counts_its_label_compares():
     for _ in range(20):
         image, label, (circles, squares) = stimuli.shape_comparison(rng)
         # Shapes never touch, so each is one 8-connected component of ink.
-        _, components = ndimage.label(image > -1, structure=np.ones((3, 3)))
+        _, components = ndimage.label(image > 0, structure=np.ones((3, 3)))
         assert components == circles + squares and circles != squares
         assert label == int(circles > squares)
         labels.append(label)
@@ -121,3 +121,21 @@ def test_an_eval_set_that_is_not_whole_batches_is_refused():
     config.eval.num_examples = config.train.batch_size + 4  # would drop 4 examples silently
     with pytest.raises(ConfigError, match="multiple of train.batch_size"):
         methods.make(config)
+
+
+def test_blank_patches_embed_to_their_position_alone():
+    # Background 0: the ViT's bias-free patch embedding sends a blank patch to 0, so a token
+    # carries ink and position only. With background -1 every token held a shared -W 1 as large
+    # as the ink's signal, and the cpu size sat at its task priors (README's table).
+    import jax
+
+    from core.nn import dit, vit
+
+    image = stimuli.render_text("cat", stimuli.FONTS[0], np.random.default_rng(0))
+    cfg = methods.vwf_dyslexia.model_config(vwf_config.get_config("size=cpu")).vit
+    params = vit.init_params(cfg, jax.random.key(0))
+    _, captured = vit.forward(cfg, params, image[None, :, :, None], capture=("embed",))
+    blank_N = ~dit.patchify(image[None, :, :, None] > 0, cfg.patch_size)[0].any(-1)
+    assert 0 < blank_N.sum() < cfg.num_tokens  # the word leaves some patches blank
+    table_ND = dit.sincos_positions(*cfg.grid[:1], cfg.d_model, grid_cols=cfg.grid[1])
+    np.testing.assert_array_equal(captured["embed"][0][blank_N], table_ND[blank_N])

@@ -1,0 +1,105 @@
+"""Cheap training probes of the `cpu` size, one change at a time (the README's table).
+
+    python -m methods.vwf_dyslexia.probe tasks=shapes steps=300 lr=1e-3
+    python -m methods.vwf_dyslexia.probe steps=1000 patch=8 merge=2
+
+A bare AdamW loop (warm-up then cosine, global-norm clipping, as `core.train` sets it) on
+fresh batches of the chosen tasks, logging the answer loss and the gradient norm reaching the
+ViT, the merger and the decoder; at the end the held-out accuracy per task (`lesion.eval_set`,
+`neval` examples each). Options (name=value): steps, lr, bs, tasks (comma-separated), patch,
+merge (`core.nn.vlm` merger), warmup, neval, seed, clip, log, balance (1: each example's
+answer tokens averaged first, so two-letter answers do not weigh double), old_background (1:
+the images mapped back to background -1, ink 1, the layout before the fix).
+"""
+
+import functools
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from configs.vwf_dyslexia import get_config
+from core.errors import ConfigError
+from core.nn import vlm
+from methods.vwf_dyslexia import answer_logits, lesion, loss_fn, model_config, task_accuracy, tasks
+
+DEFAULTS = dict(
+    steps=300, lr=1e-3, bs=64, tasks=",".join(tasks.TASKS), patch=16, merge=1,
+    warmup=30, neval=128, seed=0, clip=1.0, log=50, balance=0, old_background=0,
+)  # fmt: skip
+
+
+def parse(argv) -> dict:
+    opts = dict(DEFAULTS)
+    for arg in argv:
+        name, _, value = arg.partition("=")
+        if name not in opts:
+            raise ConfigError(f"unknown probe option {name!r}; expected any of {sorted(opts)}")
+        opts[name] = type(DEFAULTS[name])(value)
+    return opts
+
+
+def balanced_loss(cfg, params, batch):
+    logits_BTV = answer_logits(cfg, params, batch)
+    log_probs_BTV = jax.nn.log_softmax(logits_BTV)
+    nll_BT = -jnp.take_along_axis(log_probs_BTV, batch["targets"][..., None], -1)[..., 0]
+    return ((nll_BT * batch["mask"]).sum(1) / batch["mask"].sum(1)).mean(), {}
+
+
+def main(opts: dict) -> dict:
+    config = get_config("size=cpu")
+    config.model.patch_size, config.model.merge = opts["patch"], opts["merge"]
+    cfg = model_config(config)
+    names = opts["tasks"].split(",")
+    strings = tasks.letter_strings("train", config.data.lexicon_size)
+    held_out = lesion.eval_set(opts["neval"], 123, task_names=names)
+
+    def images(batch):
+        return batch["image"] * 2 - 1 if opts["old_background"] else batch["image"]
+
+    def train_batch(step):
+        first = step * opts["bs"]
+        rngs = [np.random.default_rng([opts["seed"], first + j]) for j in range(opts["bs"])]
+        batch = lesion.stack(
+            [tasks.task_example(r, names[int(r.integers(len(names)))], strings) for r in rngs]
+        )
+        return {**batch, "image": images(batch)}
+
+    warmup = min(opts["warmup"], opts["steps"] - 1)
+    schedule = optax.warmup_cosine_decay_schedule(0, opts["lr"], warmup, opts["steps"])
+    clip = optax.clip_by_global_norm(opts["clip"]) if opts["clip"] else optax.identity()
+    tx = optax.chain(clip, optax.adamw(schedule, weight_decay=0.01))
+    params = vlm.init_params(cfg, jax.random.key(opts["seed"]))
+    opt_state = tx.init(params)
+    loss = balanced_loss if opts["balance"] else loss_fn
+
+    @jax.jit
+    def step(params, opt_state, batch):
+        (value, _), grads = jax.value_and_grad(functools.partial(loss, cfg), has_aux=True)(
+            params, batch
+        )
+        updates, opt_state = tx.update(grads, opt_state, params)
+        norms = {k: optax.global_norm(g) for k, g in grads.items()}
+        return optax.apply_updates(params, updates), opt_state, value, norms
+
+    start, losses = time.time(), []
+    for i in range(opts["steps"]):
+        params, opt_state, value, norms = step(params, opt_state, train_batch(i))
+        losses.append(float(value))
+        if (i + 1) % opts["log"] == 0:
+            grad = " ".join(f"{k} {float(v):.3g}" for k, v in norms.items())
+            rate = (i + 1) / (time.time() - start)
+            print(f"{i + 1} loss {np.mean(losses[-opts['log'] :]):.3f} | grad {grad} | "
+                  f"{rate:.2f} steps/s", flush=True)  # fmt: skip
+    rate = opts["steps"] / (time.time() - start)
+    counts = task_accuracy(cfg, params, {**held_out, "image": images(held_out)})
+    accuracy = {k.split("/")[1]: round(float(r / n), 3) for k, (r, n) in counts.items() if n}
+    print("held-out accuracy", accuracy, f"| {rate:.2f} steps/s", flush=True)
+    return accuracy
+
+
+if __name__ == "__main__":
+    main(parse(sys.argv[1:]))
