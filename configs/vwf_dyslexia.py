@@ -7,7 +7,7 @@ Options: mesh (a preset in configs/common.py), size (smoke | cpu | small).
   tokens) -> linear merger -> 2-layer decoder d 96, SwiGLU 256; batch 64, 2500 steps; lexical
   decision over a 256-word lexicon (`tasks.lexicon`). About 155 training examples/s on the
   loaded 2-core machine (load 12), several times that idle.
-- small, the notes' CPU plan: ViT 4 layers d 128 on 8 x 8 patches (64 tokens) -> 4-layer
+- small, our first CPU plan: ViT 4 layers d 128 on 8 x 8 patches (64 tokens) -> 4-layer
   decoder d 192, SwiGLU 512, the whole word list; 0.09 steps/s on the loaded machine.
 """
 
