@@ -63,19 +63,21 @@ def check(hp: Hyper) -> Hyper:
     return hp
 
 
-def fit(K_II, hp: Hyper) -> jax.Array:
+def fit(K_II, hp: Hyper, factor64: bool = False) -> jax.Array:
     """W [I, I] float64 of model `hp` from the Gram matrix; traceable (call under
-    `jax.enable_x64(True)` with a float64 K) and jit-compiled once per model and zero_diag."""
+    `jax.enable_x64(True)` with a float64 K) and jit-compiled once per model and zero_diag.
+    `factor64`: the float64 Cholesky without refinement, for one device (`solvers._spd_inverse`)."""
     if hp.model == "deql":
-        return solvers.deql_traced(K_II, hp.a, hp.b, hp.p, hp.lam, hp.zero_diag)
-    return solvers.edlae_traced(K_II, hp.p if hp.model == "edlae" else 0.0, hp.lam)
+        return solvers.deql_traced(K_II, hp.a, hp.b, hp.p, hp.lam, hp.zero_diag, factor64)
+    return solvers.edlae_traced(K_II, hp.p if hp.model == "edlae" else 0.0, hp.lam, factor64)
 
 
 def fit_host(K_II, hp: Hyper) -> np.ndarray:
-    """`fit` outside any trace: numpy float64 in, numpy float64 out."""
+    """`fit` outside any trace, on the default device: numpy float64 in, numpy float64 out
+    (a float64 Cholesky: one device, so no multi-chip limit applies)."""
     check(hp)
     with jax.enable_x64(True):
-        return np.asarray(fit(jnp.asarray(np.asarray(K_II, np.float64)), hp))
+        return np.asarray(fit(jnp.asarray(np.asarray(K_II, np.float64)), hp, factor64=True))
 
 
 def mesh_gram(X_UI) -> jax.Array:
