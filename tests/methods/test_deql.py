@@ -263,13 +263,16 @@ def test_real_movielens_100k():
 def test_float32_cholesky_refined_to_float64_accuracy():
     """`_spd_inverse` factors in float32 (float64 Cholesky does not compile for multi-chip TPUs)
     and refines in float64: at cond(H) = 1e4 float32 alone is 5e-5 off numpy's float64 inverse,
-    the refined inverse 2e-13 (measured)."""
+    the refined inverse 2e-13 (measured). `factor64` (one device: `fit_host`, the experiment)
+    factors in float64 and must reach the same accuracy."""
     rng = np.random.default_rng(0)
     Q, _ = np.linalg.qr(rng.normal(size=(200, 200)))
     H = (Q * np.logspace(0, 4, 200)) @ Q.T
     want = np.linalg.inv(H)
     with jax.enable_x64(True):
         got = np.asarray(solvers._spd_inverse(jnp.asarray(H)))
+        host = np.asarray(solvers._spd_inverse(jnp.asarray(H), factor64=True))  # fit_host's
     # float64's own inversion error at cond 1e4 is ~cond * 1.1e-16 = 1e-12; 1e-11 allows that
     # ten times over and is 5e6 times below what float32 without refinement gives.
     assert np.linalg.norm(got - want) / np.linalg.norm(want) < 1e-11
+    assert np.linalg.norm(host - want) / np.linalg.norm(want) < 1e-11
