@@ -106,6 +106,10 @@ FULL = Setting(
     },
     require_interior=True,
     open_edges={
+        ("DEQL(L2)", "b", "low"): (
+            "b -> 0 is EDLAE itself (W_ii -> 0 and the rest solves EDLAE's system with lam on "
+            "its scale), the model DEQL(L2) is compared with; a lower b moves toward it"
+        ),
         ("DEQL(L2)", "b", "high"): _L2_CORNER,
         ("DEQL(L2)", "p", "high"): _L2_CORNER,
     },
