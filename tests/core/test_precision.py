@@ -19,7 +19,10 @@ from tests.test_configs import CONFIGS
 
 # Steps with no matmul at all (the policy has nothing to reach there; if one gains a matmul,
 # the test below checks it like any other).
-NO_MATMUL = {"hybrid_online": "an online learner over sorted buffers: sorts and cumulative sums"}
+NO_MATMUL = {
+    "hybrid_online": "an online learner over sorted buffers: sorts and cumulative sums",
+    "doit": "its default task is a 2-D test function (Rosenbrock): elementwise arithmetic only",
+}
 DOT = re.compile(r"stablehlo\.(dot_general|convolution)\b[^\n]*")
 
 
