@@ -2,10 +2,12 @@
 
 `push(step, metrics)` takes the device metrics of the step just dispatched and only then reads
 the previous step's (whose computation has finished or nearly so), so logging never stalls the
-device pipeline. Every step's loss is checked: a non-finite value stops the run with an error
-naming the step. Any other metric that is NaN, of a step or an evaluation, is left out of the
-row: NaN is how a step says "not measured at this step" (`core.steps.switch` fills another
-phase's keys with it) and how a metric says "undefined here" (an AUROC over one class).
+device pipeline. The JSONL keeps every step's row; the console line shows each metric's mean
+over the steps since the last line (one step's loss is too noisy to read a trend from). Every
+step's loss is checked: a non-finite value stops the run with an error naming the step. Any
+other metric that is NaN, of a step or an evaluation, is left out of the row: NaN is how a step
+says "not measured at this step" (`core.steps.switch` fills another phase's keys with it) and
+how a metric says "undefined here" (an AUROC over one class).
 """
 
 import json
@@ -64,6 +66,8 @@ class MetricsLogger:
         self._window_start = time.perf_counter()
         self._window_steps = 0
         self._window_tokens = 0.0
+        self._window_sums: dict[str, float] = {}
+        self._window_counts: dict[str, int] = {}
         self._first_logged_step: int | None = None
 
     def push(self, step: int, metrics: dict[str, Any]) -> None:
@@ -104,12 +108,17 @@ class MetricsLogger:
         values = {k: v for k, v in values.items() if not math.isnan(v)}
         self._window_steps += 1
         self._window_tokens += values.get("num_tokens", 0.0)
+        for key, value in values.items():
+            self._window_sums[key] = self._window_sums.get(key, 0.0) + value
+            self._window_counts[key] = self._window_counts.get(key, 0) + 1
         row = {"step": step, **values}
         self.history.append(row)
         if self.write:
             self._write(row)
         if step % self.log_every == 0 or step == self.total_steps:
-            self._console(step, values)
+            # A metric some steps leave out (NaN) is averaged over the steps that have it.
+            means = {k: self._window_sums[k] / self._window_counts[k] for k in self._window_sums}
+            self._console(step, means)
 
     def _write(self, row: dict) -> None:
         if self._log:
@@ -135,3 +144,4 @@ class MetricsLogger:
             if self._log:
                 self._log.sync()  # an object store's copy follows the console
         self._window_start, self._window_steps, self._window_tokens = now, 0, 0.0
+        self._window_sums, self._window_counts = {}, {}

@@ -120,6 +120,26 @@ def test_unknown_optimizer_is_a_config_error():
         optim.make(config, 10)
 
 
+def test_logger_console_shows_the_mean_since_the_last_line_and_jsonl_every_step(tmp_path):
+    import io
+    import json
+
+    from core.metrics import MetricsLogger
+
+    stream = io.StringIO()
+    logger = MetricsLogger(str(tmp_path), total_steps=4, global_batch=1, log_every=2, stream=stream)
+    steps = [(1, 1.0, 5.0), (2, 3.0, float("nan")), (3, 10.0, 1.0), (4, 20.0, 3.0)]
+    for step, loss, reward in steps:
+        logger.push(step, {"loss": loss, "reward": reward})
+    logger.close()
+    lines = stream.getvalue().splitlines()
+    # Step 2's line: loss (1 + 3) / 2; reward only measured at step 1. Step 4's: a fresh window.
+    assert "loss 2 |" in lines[0] and "reward 5 |" in lines[0], lines[0]
+    assert "loss 15 |" in lines[1] and "reward 2 |" in lines[1], lines[1]
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [row["loss"] for row in rows] == [1.0, 3.0, 10.0, 20.0]
+
+
 def test_logger_leaves_out_nan_metrics_but_stops_on_a_nan_loss(tmp_path):
     import io
     import json
