@@ -89,6 +89,11 @@ class TransformerConfig:
                 check(getattr(self, name))
             except ValueError as e:
                 raise ValueError(f"TransformerConfig.{name}: {e}") from None
+        if self.position == "rope2d":  # apply's positions are token indices [B, T]
+            raise ValueError(
+                "TransformerConfig.position='rope2d' needs (row, column) patch positions; a "
+                "token decoder has 1-D positions (rope2d is core.nn.dit's, for image patches)"
+            )
         if self.position == "rope" and self.head_dim % 2:
             raise ValueError(
                 f"TransformerConfig.d_model/num_heads={self.head_dim} (head dim) must be even "

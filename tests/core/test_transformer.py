@@ -133,6 +133,19 @@ def test_unknown_position_kind():
         positions.apply_positions("xyz", q, q, jnp.zeros((1, 2), jnp.int32))
 
 
+def test_a_token_decoder_refuses_2d_rotary_positions_at_config_time():
+    with pytest.raises(ValueError, match="position='rope2d' needs .row, column. patch positions"):
+        transformer.TransformerConfig(
+            vocab_size=8,
+            d_model=16,
+            num_heads=2,
+            num_layers=1,
+            d_ff=32,
+            max_len=8,
+            position="rope2d",
+        )
+
+
 def test_left_padding_matches_unpadded():
     """Row 0 is 12 real tokens; rows 1 and 2 hold its first 8 and 3 tokens, left-padded. By
     causality row 0's first n logits are those of the unpadded n-token sequence."""
