@@ -7,8 +7,9 @@ Options: mesh (a preset in configs/common.py), size (smoke: a synthetic 60 x 40 
 ml100k), model (deql | edlae | ease), split (strong: 100 validation + 100 test users held
 out | weak: every user's 70/10/20). One step is one closed-form fit (`train.steps = 1`): the
 Gram matrix of the train matrix (users sharded over the mesh), then the solve in float64.
-The default hyperparameters are among the validation grid's most frequent choices in
-`methods/deql/experiment.py` (ML-100k, strong, 10 splits); override any, e.g. --config.model.b=1.5
+The default hyperparameters are each model's most frequent validation choice in
+`methods/deql/results/full.json` (ML-100k, strong, 10 splits; DEQL(L2)'s lam there is on EDLAE's
+scale, 100, which is 62.5 on DEQL's own at b = 2, p = 0.5); override any, e.g. --config.model.b=1.5
 --config.model.lam=30 --config.model.zero_diag=true. The evaluation reports validation
 Recall@20/50 and NDCG@100; test users are never touched here.
 """
@@ -19,8 +20,8 @@ from configs.common import base_config, choose, parse_arg
 
 MODELS = {
     # lam is on each model's own scale (DEQL's H0 carries p a^2 (1 - p)^2).
-    "deql": dict(model="deql", a=1.0, b=0.75, p=0.5, lam=30.0, zero_diag=False),
-    "edlae": dict(model="edlae", a=1.0, b=0.0, p=0.33, lam=100.0, zero_diag=True),
+    "deql": dict(model="deql", a=1.0, b=2.0, p=0.5, lam=62.5, zero_diag=False),
+    "edlae": dict(model="edlae", a=1.0, b=0.0, p=0.25, lam=100.0, zero_diag=True),
     "ease": dict(model="ease", a=1.0, b=0.0, p=0.0, lam=300.0, zero_diag=True),
 }
 SPLITS = ("strong", "weak")
