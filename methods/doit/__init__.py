@@ -3,7 +3,8 @@ surrogate per optimiser (core.cycles runs the cycles; this package holds the pol
 
 `make(config)`: `config.doit.task` (rosenbrock | camel | digits), `config.doit.policy` (doit |
 random | periodic | single, with `config.doit.single` the optimiser's name), the pool
-(`config.doit.pool`: core.cycles specs, plus the kinds swats and padam) and the DOIT settings.
+(`config.doit.pool`: core.cycles specs, plus the kinds swats, padam and adabound) and the DOIT
+settings.
 """
 
 import jax
@@ -18,7 +19,7 @@ POLICIES = ("doit", "random", "periodic", "single")
 
 
 def pool(spec) -> dict:
-    """core.cycles specs, with this package's SWATS and Padam as two more kinds."""
+    """core.cycles specs, with this package's SWATS, Padam and AdaBound as three more kinds."""
     out = {}
     for name, entry in spec.items():
         kind = entry.get("kind")
@@ -26,6 +27,8 @@ def pool(spec) -> dict:
             out[name] = optimizers.swats(float(entry["lr"]))
         elif kind == "padam":
             out[name] = optimizers.padam(float(entry["lr"]), float(entry.get("partial", 0.125)))
+        elif kind == "adabound":
+            out[name] = optimizers.adabound(float(entry["lr"]), float(entry.get("final_lr", 0.1)))
         else:
             out[name] = dict(entry)
     return cycles.make_pool(out)
@@ -65,14 +68,16 @@ def task(config) -> Method:
     return problems.toy(config.doit.task, config.train.batch_size)
 
 
-def make(config, *, timers=None) -> Method:
+def make(config, *, timers=None, base: Method | None = None) -> Method:
+    """DOIT over `config`'s task, or over `base` (a Method with a loss and a dataset) when
+    given: the transfer experiment's head on pretrained features."""
     d = config.doit
     if d.schedule not in ("self_consistent", "printed"):
         raise ConfigError(f"doit.schedule={d.schedule!r}: expected self_consistent or printed")
     txs = pool(d.pool)
     names = list(txs)
     s = settings(config, len(names))
-    base = task(config)
+    base = base or task(config)
 
     def init(rng, batch_spec):
         variables = base.init(rng, batch_spec)

@@ -1,5 +1,8 @@
 """Does DOIT's switching end lower than the single optimisers and than blind switching, on
-the paper's 2-D test functions (Rosenbrock, Three-Hump Camel)?
+the paper's 2-D test functions (Rosenbrock, Three-Hump Camel)? Parts 2 and 3 (the digits MLP
+and the transfer setting) are methods/doit/on_digits.py and on_transfer.py, each its own
+results record (RESULT_RUNS); `python -m methods.doit.experiment --run=full_transfer ...`
+reruns chosen parts alone.
 
 Every arm runs the same steps (80 cycles of tau = 25: 2000 steps; quick: Rosenbrock, 40
 cycles, 5 seeds) from the same start point per seed (drawn in the box of
@@ -16,18 +19,24 @@ DOIT no worse than the per-seed median of the five single optimisers, than rando
 periodic switching, each within a margin of 0.3 decades (a factor of 2).
 """
 
+import argparse
 import dataclasses
 import os
+import shutil
 import time
 
 import numpy as np
 
 from core import cycles, results
 from core.claims import IntervalClaim, Report
-from methods.doit import on_digits, problems
+from methods.doit import on_digits, on_transfer, problems
 from methods.doit.runs import SINGLES, Runner, arms, shares, task_config
 
-RESULT_RUNS = ("full", "full_digits")
+RESULT_RUNS = ("full", "full_digits", "full_transfer")
+PARTS = {  # run -> (measure, summary)
+    "full_digits": (lambda: on_digits.measure(on_digits.Settings()), on_digits.summary),
+    "full_transfer": (lambda: on_transfer.measure(on_transfer.Settings()), on_transfer.summary),
+}
 MARGIN_DECADES = 0.3
 LOSS_FLOOR = 1e-20  # log10 of an exact 0 (float32 can land on the minimum)
 
@@ -139,26 +148,33 @@ def summary(record: dict) -> dict:
 def claims_from_results(record: dict) -> list:
     if record["run"] == "full_digits":
         return on_digits.claims_from_results(record)
+    if record["run"] == "full_transfer":
+        return on_transfer.claims_from_results(record)
     return toy_claims(record)
 
 
-def run(workdir: str, *, quick: bool = False) -> Report:
-    s = QUICK if quick else FULL
+def timed(measure_fn, summary_fn) -> dict:
     start = time.perf_counter()
-    records = [measure(s, quick=quick)]
-    records[0]["seconds"] = time.perf_counter() - start
-    records[0]["summary"] = summary(records[0])
+    record = measure_fn()
+    record["seconds"] = time.perf_counter() - start
+    record["summary"] = summary_fn(record)
+    return record
+
+
+def run(workdir: str, *, quick: bool = False, runs: tuple = RESULT_RUNS) -> Report:
+    s = QUICK if quick else FULL
+    records = []
+    if quick or "full" in runs:
+        records.append(timed(lambda: measure(s, quick=quick), summary))
     if not quick:
-        start = time.perf_counter()
-        records.append(on_digits.measure(on_digits.Settings()))
-        records[1]["seconds"] = time.perf_counter() - start
-        records[1]["summary"] = on_digits.summary(records[1])
+        records += [timed(*PARTS[r]) for r in runs if r in PARTS]
     claims = [c for r in records for c in claims_from_results(r)]
     os.makedirs(workdir, exist_ok=True)
     figures = []
-    if not quick:
-        figures.append(os.path.join(workdir, "doit_switching.png"))
-        plot_switching(records[1], figures[0])
+    for record in records:
+        if record["run"] == "full_digits":
+            figures.append(os.path.join(workdir, "doit_switching.png"))
+            plot_switching(record, figures[-1])
     return Report(
         method="doit",
         claims=claims,
@@ -198,3 +214,28 @@ def quick_check(record: dict) -> bool:
     rows = [r for r in record["rows"] if r["task"] == "rosenbrock"]
     by_arm = lambda a: np.median([r["log10_loss"] for r in rows if r["arm"] == a])
     return by_arm("doit") <= float(np.median([by_arm(a) for a in SINGLES]))
+
+
+def main() -> None:
+    """Chosen full parts alone (e.g. the transfer setting): trains, prints their claims, saves
+    methods/doit/results/<run>.json and copies the figure beside this README."""
+    from core import compile_cache
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--run", choices=RESULT_RUNS, action="append", required=True)
+    parser.add_argument("--workdir", required=True)
+    args = parser.parse_args()
+    compile_cache.enable()
+    report = run(args.workdir, runs=tuple(args.run))
+    for claim in report.claims:
+        print(f"{'holds' if claim.holds else 'NO   '}  {claim.text}: {claim.measured_text()}")
+    records = report.results if isinstance(report.results, list) else [report.results]
+    for record in records:
+        print("saved", results.save(record))
+    here = os.path.dirname(os.path.abspath(__file__))
+    for figure in report.figures:
+        shutil.copy(figure, os.path.join(here, os.path.basename(figure).removeprefix("doit_")))
+
+
+if __name__ == "__main__":
+    main()

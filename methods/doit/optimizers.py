@@ -1,4 +1,4 @@
-"""The hybrid-optimiser baselines as single optax transformations: SWATS and Padam.
+"""The hybrid-optimiser baselines as single optax transformations: SWATS, Padam, AdaBound.
 
 SWATS (Keskar & Socher 2017): Adam, then one switch to SGD with momentum. With p_k the Adam
 step and g_k the gradient, when p_k.g_k != 0: gamma_k = p_k.p_k / (-p_k.g_k), an EMA
@@ -9,6 +9,12 @@ one global criterion rather than per layer).
 
 Padam (Chen et al. 2020): AMSGrad with a partial exponent, w -= lr m_hat / (v_max_hat^p + eps),
 p in (0, 1/2] (p = 1/2 is AMSGrad; the paper's default p = 1/8).
+
+AdaBound (Luo et al. 2019): Adam whose per-coordinate step size is clipped into a band that
+closes on a final SGD learning rate: with step t, eta = lr sqrt(1 - b2^t) / (1 - b1^t) /
+(sqrt(v) + eps), w -= clip(eta, lower_t, upper_t) m, lower_t = final_lr (1 - 1 / (gamma t + 1)),
+upper_t = final_lr (1 + 1 / (gamma t)) (the authors' implementation: eps outside the square
+root of the uncorrected v, the bias corrections folded into the step size).
 """
 
 from typing import NamedTuple
@@ -97,5 +103,33 @@ def padam(lr: float, partial: float = 0.125, b1=0.9, b2=0.999, eps=1e-8):
             nu_max,
         )
         return updates, PadamState(count, mu, nu, nu_max)
+
+    return optax.GradientTransformation(init, update)
+
+
+class AdaBoundState(NamedTuple):
+    count: jax.Array
+    mu: optax.Updates
+    nu: optax.Updates
+
+
+def adabound(lr: float, final_lr: float = 0.1, gamma=1e-3, b1=0.9, b2=0.999, eps=1e-8):
+    def init(params):
+        zeros = lambda: jax.tree.map(jnp.zeros_like, params)
+        return AdaBoundState(jnp.zeros((), jnp.int32), zeros(), zeros())
+
+    def update(grads, state, params=None):
+        del params
+        count = state.count + 1
+        t = count.astype(jnp.float32)
+        mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, grads)
+        nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, grads)
+        step_size = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
+        lower = final_lr * (1 - 1 / (gamma * t + 1))
+        upper = final_lr * (1 + 1 / (gamma * t))
+        updates = jax.tree.map(
+            lambda m, v: -jnp.clip(step_size / (jnp.sqrt(v) + eps), lower, upper) * m, mu, nu
+        )
+        return updates, AdaBoundState(count, mu, nu)
 
     return optax.GradientTransformation(init, update)

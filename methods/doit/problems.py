@@ -89,20 +89,22 @@ def mlp_accuracy(params, x_ND, labels_N):
     return jnp.mean(jnp.argmax(mlp_logits(params, x_ND), -1) == labels_N)
 
 
-def digits_arrays(split: str) -> dict[str, np.ndarray]:
-    """core.digits' fixed split as flat pixels in [-1, 1] [N, 64] and int32 labels."""
+def digits_arrays(split: str, classes=None) -> dict[str, np.ndarray]:
+    """core.digits' fixed split as flat pixels in [-1, 1] [N, 64] and int32 labels (only the
+    examples of `classes` when given)."""
     from core import digits
 
     part = getattr(digits.load_splits(), split)
-    return {"x": part.images.reshape(len(part.labels), -1), "label": part.labels}
+    keep = np.ones(len(part.labels), bool) if classes is None else np.isin(part.labels, classes)
+    return {"x": part.images.reshape(len(part.labels), -1)[keep], "label": part.labels[keep]}
 
 
-def digits_mlp(batch_size: int) -> Method:
+def digits_mlp(batch_size: int, classes=None) -> Method:
     """The 64-256-256-10 MLP on core.digits' train split (cross-entropy, epochs of shuffled
-    batches from the run's seed)."""
+    batches from the run's seed; only the examples of `classes` when given)."""
     from core import data
 
-    train_arrays = digits_arrays("train")
+    train_arrays = digits_arrays("train", classes)
 
     def init(rng, batch_spec):
         del batch_spec
@@ -116,5 +118,38 @@ def digits_mlp(batch_size: int) -> Method:
 
     def dataset(split, *, shard, seed):
         return data.in_memory(train_arrays, global_batch=batch_size, seed=seed, shard=shard)
+
+    return Method(init, loss=loss, dataset=dataset)
+
+
+def mlp_features(params, x_BD):
+    """The MLP's penultimate activations (the input of its last layer)."""
+    h = x_BD
+    for i in range(len(MLP_WIDTHS) - 2):
+        h = jax.nn.relu(h @ params[f"dense_{i}"]["kernel"] + params[f"dense_{i}"]["bias"])
+    return h
+
+
+def linear_head(batch_size: int, arrays: dict[str, np.ndarray], num_classes: int) -> Method:
+    """A linear softmax classifier {"head": {kernel, bias}} on fixed features (`arrays`: "x"
+    [N, D] and "label" in [0, num_classes)): a pretrained network's head trained on frozen
+    features. LeCun-normal kernel (no nonlinearity follows), zero bias."""
+    from core import data
+
+    dim = arrays["x"].shape[1]
+
+    def init(rng, batch_spec):
+        del batch_spec
+        kernel = jax.random.normal(rng, (dim, num_classes)) * jnp.sqrt(1.0 / dim)
+        return {"params": {"head": {"kernel": kernel, "bias": jnp.zeros((num_classes,))}}}
+
+    def loss(params, batch, *, rng, extra):
+        del rng, extra
+        logits = batch["x"] @ params["head"]["kernel"] + params["head"]["bias"]
+        value = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
+        return value, {}
+
+    def dataset(split, *, shard, seed):
+        return data.in_memory(arrays, global_batch=batch_size, seed=seed, shard=shard)
 
     return Method(init, loss=loss, dataset=dataset)

@@ -23,18 +23,20 @@ def task_config(task: str, num_cycles: int, **doit_options):
 class Runner:
     """One compiled cycle program per (task, pool); arms are host policies over it."""
 
-    def __init__(self, config, timers=None):
+    def __init__(self, config, timers=None, base=None):
         self.config = config
-        self.method = doit.make(config, timers=timers)
+        self.method = doit.make(config, timers=timers, base=base)
         one = jax.devices()[:1]
         self.plan = train.plan(config, self.method, devices=one)
         self.init = jax.jit(self.plan.make_state, out_shardings=self.plan.state_shardings)
 
     def run(
-        self, seed: int, hook, first: int | None, *, evaluate=None, every: int = 0
+        self, seed: int, hook, first: int | None, *, evaluate=None, every: int = 0, dataset=None
     ) -> tuple[train.Session, list, list]:
         """A run of `seed` (its start and data) under `hook`; with `evaluate(state)`, its value
-        after every `every` cycles: (session, rows, [(step, value), ...]) (steps, not cycles)."""
+        after every `every` cycles: (session, rows, [(step, value), ...]) (steps, not cycles).
+        `dataset`: a Method.dataset of the same shapes in place of the method's (per-seed data,
+        the same compiled program)."""
         state = self.init(train.seed_key(seed))
         if first is not None:
             where = self.plan.state_shardings.extra[cycles.OPTIMIZER]
@@ -46,7 +48,7 @@ class Runner:
             self.plan.mesh,
             state,
             self.plan.step,
-            self.method.dataset("train", shard=(0, 1), seed=seed),
+            self.dataset(dataset)("train", shard=(0, 1), seed=seed),
             self.plan.state_shardings,
             self.plan.batch_sharding,
         )
@@ -58,6 +60,11 @@ class Runner:
             rows += session.train(min(every, total - len(rows)))
             curve.append((len(rows) * tau, float(evaluate(session.state))))
         return session, rows, curve
+
+    def dataset(self, raw):
+        if raw is None:
+            return self.method.dataset
+        return cycles.cycle_batches(raw, self.config.doit.tau)
 
 
 def arms(config) -> dict:

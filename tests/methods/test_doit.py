@@ -158,6 +158,23 @@ def test_padam_with_exponent_one_half_is_amsgrad_with_bias_correction():
         np.testing.assert_allclose(updates, expected, rtol=1e-5)  # float32, another op order
 
 
+def test_adabound_equals_a_hand_computation_of_two_steps():
+    # gamma = 1 makes the band narrow from step 1: [final_lr / 2, 2 final_lr], then
+    # [2/3, 3/2] final_lr; final_lr = 0.01 so one coordinate is clipped and one is not.
+    tx = optimizers.adabound(1e-3, final_lr=0.01, gamma=1.0)
+    state = tx.init(jnp.zeros(2))
+    updates, state = tx.update(jnp.array([1.0, 0.1]), state)
+    # Step 1: m = 0.1 g, v = 0.001 g^2, eta = 1e-3 sqrt(0.001) / 0.1 / (sqrt(0.001) |g|)
+    # = [0.01, 0.1]: the first inside [0.005, 0.02], the second clipped to 0.02.
+    np.testing.assert_allclose(updates, [-0.01 * 0.1, -0.02 * 0.01], rtol=1e-5)  # float32
+    updates, state = tx.update(jnp.array([-2.0, 0.1]), state)
+    m = np.array([0.09 * 1.0 + 0.1 * -2.0, 0.09 * 0.1 + 0.1 * 0.1])
+    v = np.array([0.999 * 0.001 * 1.0 + 0.001 * 4.0, 0.999 * 0.001 * 0.01 + 0.001 * 0.01])
+    eta = 1e-3 * np.sqrt(1 - 0.999**2) / (1 - 0.9**2) / (np.sqrt(v) + 1e-8)
+    assert eta[0] < 0.01 * 2 / 3 < 0.01 * 3 / 2 < eta[1]  # both clipped, one to each side
+    np.testing.assert_allclose(updates, -np.array([0.01 * 2 / 3, 0.01 * 3 / 2]) * m, rtol=1e-5)
+
+
 def smoke_config(**doit_options):
     c = doit_config.get_config("size=smoke")
     c.train.steps, c.train.checkpoint_every, c.train.keep_checkpoints = 6, 2, 10
