@@ -13,7 +13,10 @@
   batch), the edge lists are constants of the step. On a multi-device mesh its message passing
   is receiver-partitioned (`tasks.task_edges`, `graph_ops.gather_sum`): each device all-gathers
   the node states and sums over the edges into its own nodes. Barbell and tree draw fresh graphs
-  every step.
+  every step; the tree under the benchmark's protocol (`data.tree_protocol="benchmark"`) cycles
+  through a fixed training set in shuffled epochs, reports its accuracy on that set and on the
+  held-out trees, and (`optim.plateau_every`) halves the update when the training accuracy
+  stops improving (`plateau_step`).
 
     python -m launch.train --config=configs/csnn.py --workdir=/tmp/csnn
     python -m launch.train --config=configs/csnn.py:task=tree,model=gcn --workdir=/tmp/tree
@@ -24,9 +27,11 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
+from optax.contrib import reduce_on_plateau
 
 from core import data as core_data
-from core import precision
+from core import optim, precision
 from core.errors import ConfigError
 from core.method import Method
 from methods.csnn import data, model, tasks
@@ -80,14 +85,83 @@ def graph_dataset(split_name, *, shard, seed, task, batch_size: int):
     return core_data.synthetic(task.example, global_batch=batch_size, seed=seed, shard=shard)
 
 
+def plateau_tx(config) -> optax.GradientTransformationExtraArgs:
+    """`core.optim`'s optimiser, its update scaled by optax's reduce_on_plateau on the training
+    error of each `plateau_every`-step window (the mean of the steps' batch accuracies, as the
+    benchmark schedules on the running training accuracy of its epoch). Scaling Adam's update
+    is scaling its learning rate. optax reduces when its count of windows without improvement
+    reaches `patience`, torch when it exceeds it: hence patience + 1."""
+    o = config.optim
+    return optax.chain(
+        optim.make(o, config.train.steps),
+        reduce_on_plateau(
+            factor=o.plateau_factor,
+            patience=o.plateau_patience + 1,
+            rtol=0.0,
+            atol=o.plateau_threshold,
+            accumulation_size=o.plateau_every,
+        ),
+    )
+
+
+def plateau_step(loss, tx):
+    """`core.steps.gradient_step` that also gives the optimiser the batch's training error (the
+    core's step passes the optimiser no value to schedule on)."""
+
+    def step(state, batch, *, rng):
+        grad_fn = jax.value_and_grad(loss, has_aux=True)
+        (value, metrics), grads = grad_fn(state.params, batch, rng=rng, extra=state.extra)
+        error = 1.0 - metrics["accuracy"]
+        updates, opt_state = tx.update(grads, state.opt_state, state.params, value=error)
+        params = optax.apply_updates(state.params, updates)
+        lr_scale = opt_state[-1].scale
+        metrics = {"loss": value, **metrics, "grad_norm": optax.tree.norm(grads)}
+        return state.replace(params=params, opt_state=opt_state), {**metrics, "lr_scale": lr_scale}
+
+    return step
+
+
 def eval_graphs(task: tasks.Task, seed: int, count: int) -> dict:
     return tasks.stack_examples(task, np.random.default_rng([seed, *EVAL_STREAM]), count)
 
 
-def make_evaluate(cfg: model.ModelConfig, task: tasks.Task, config, graph=None, split=None):
+EVAL_CHUNK = 512  # trees per forward when scoring a fixed tree set: one compiled shape
+
+
+def tree_accuracy(predict, params, trees: dict) -> float:
+    """Root accuracy over every tree of a fixed set, in chunks of EVAL_CHUNK (the last chunk
+    padded with repeats of the first tree, which are not counted)."""
+    count = len(trees["y"])
+    correct = 0
+    for start in range(0, count, EVAL_CHUNK):
+        x_BNF = trees["x"][start : start + EVAL_CHUNK]
+        real = len(x_BNF)
+        if real < EVAL_CHUNK:
+            pad = np.repeat(trees["x"][:1], EVAL_CHUNK - real, axis=0)
+            x_BNF = np.concatenate([x_BNF, pad])
+        out_BNO = predict(params, jnp.asarray(x_BNF))
+        predicted_B = np.asarray(jnp.argmax(out_BNO[:real, 0, :], -1))
+        correct += int(np.sum(predicted_B == trees["y"][start : start + real]))
+    return correct / count
+
+
+def make_evaluate(
+    cfg: model.ModelConfig, task: tasks.Task, config, graph=None, split=None, trees=None
+):
     """Host evaluation in eval mode (no dropout): minesweeper validation and test AUROC;
-    barbell test MSE (and the constant predictor's exact MSE beside it); tree accuracy."""
+    barbell test MSE (and the constant predictor's exact MSE beside it); tree accuracy on fresh
+    trees, or with `trees` = (train, test) fixed sets, the accuracy on each."""
     predict = jax.jit(lambda params, x_BNF: tasks.forward(cfg, params, task, x_BNF))
+    if trees is not None:
+
+        def evaluate_fixed(state, *, seed):
+            del seed
+            return {
+                "train_accuracy": tree_accuracy(predict, state.params, trees[0]),
+                "test_accuracy": tree_accuracy(predict, state.params, trees[1]),
+            }
+
+        return evaluate_fixed
     if task.name == "minesweeper":
 
         def evaluate(state, *, seed):
@@ -134,14 +208,30 @@ def make(config) -> Method:
             batch_size=config.train.batch_size,
         )
     else:
-        task, graph, split = tasks.make_task(d.task, depth=d.depth), None, None
+        kw = dict(tree_edges=d.tree_edges, tree_keys=d.tree_keys) if d.task == "tree" else {}
+        task, graph, split = tasks.make_task(d.task, depth=d.depth, **kw), None, None
         dataset = lambda name, *, shard, seed: graph_dataset(  # noqa: E731
             name, shard=shard, seed=seed, task=task, batch_size=config.train.batch_size
         )
+    trees = None
+    if d.task == "tree" and d.tree_protocol == "benchmark":
+        trees = tasks.benchmark_tree_arrays(d.depth, d.tree_edges, config.seed)
+        dataset = lambda name, *, shard, seed: core_data.in_memory(  # noqa: E731
+            trees[0], global_batch=config.train.batch_size, seed=seed, shard=shard
+        )
     cfg = model_config(config, task)
+    loss = make_loss(cfg, task)
+    tx = step = None
+    if config.optim.plateau_every > 0:
+        if d.task != "tree":
+            raise ConfigError("optim.plateau_every > 0 schedules on accuracy: task=tree only")
+        tx = plateau_tx(config)
+        step = plateau_step(loss, tx)
     return Method(
         init=lambda rng, batch_spec: {"params": model.init(cfg, rng)},
-        loss=make_loss(cfg, task),
+        loss=loss,
+        step=step,
+        tx=tx,
         dataset=dataset,
-        evaluate=make_evaluate(cfg, task, config, graph, split),
+        evaluate=make_evaluate(cfg, task, config, graph, split, trees),
     )

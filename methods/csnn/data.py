@@ -4,15 +4,21 @@
     train_idx, val_idx, test_idx = minesweeper_splits(seed_graph=0)[0]
     g = barbell(np.random.default_rng(0))         # two K_6 joined by one edge, regression
     g = tree_neighbors_match(rng, depth=3)        # Alon & Yahav's bottleneck task
+    g = tree_neighbors_match(rng, 3, edges="child_to_parent", keys="by_position")  # theirs
     gb, roots_G = batch([g1, g2])                 # jraph-style concatenation
 
-Every `Graph` stores BOTH directions of each undirected edge, no self loops, sorted by receiver
-then sender, so `jax.ops.segment_sum(m_E, receivers_E, N, indices_are_sorted=True)` is valid.
+Every `Graph` stores BOTH directions of each undirected edge (the benchmark's trees, with
+edges="child_to_parent", one direction only), no self loops, sorted by receiver then sender,
+so `jax.ops.segment_sum(m_E, receivers_E, N, indices_are_sorted=True)` is valid.
 """
 
+import itertools
+import math
 from typing import NamedTuple
 
 import numpy as np
+
+from core.errors import ConfigError
 
 SQRT72 = float(np.sqrt(72.0))
 
@@ -154,26 +160,33 @@ def constant_baseline_mse(clique_size: int, features: int, normalise: bool) -> f
 # --- Tree-NeighborsMatch ---------------------------------------------------------------------
 
 
-def tree_neighbors_match(rng: np.random.Generator, depth: int) -> Graph:
-    """Alon & Yahav (2021)'s Tree-NeighborsMatch on a complete binary tree of depth r.
+TREE_EDGES = ("undirected", "child_to_parent")
+TREE_KEYS = ("shuffled", "by_position")
 
-    Nodes in heap order: node 0 is the root (target), node i has children 2i+1 and 2i+2, the
-    L = 2^r leaves are nodes L-1 .. 2L-2. Leaves carry distinct keys (a random permutation of
-    0..L-1, the paper's "number of blue neighbours") and distinct labels (another permutation of
-    0..L-1); the root carries a uniform query key k and y_root = the label of the leaf with
-    key k. Edges: the tree edges, undirected.
 
-    x_NF int32 [N, 3] integer ids for embedding: column 0 node type (0 root, 1 internal,
-    2 leaf), column 1 key (the query for the root, -1 for internal nodes), column 2 label
-    (-1 for root and internal nodes). y_N int32 [N]: -1 except at the root.
-    """
+def tree_edges(depth: int, edges: str = "undirected") -> tuple[np.ndarray, np.ndarray]:
+    """(senders_E, receivers_E) of the heap-ordered binary tree, sorted by receiver.
+    "undirected": both directions of every tree edge. "child_to_parent": one edge per child,
+    sending to its parent only, as the benchmark's code builds its trees (messages flow up to
+    the root; tech-srl/bottleneck, tasks/tree_dataset.py:27-28)."""
+    if edges not in TREE_EDGES:
+        raise ConfigError(f"data.tree_edges={edges!r}; expected one of: {', '.join(TREE_EDGES)}")
+    n = 2 ** (depth + 1) - 1
+    child = np.arange(1, n)
+    if edges == "undirected":
+        return undirected(np.stack([(child - 1) // 2, child], 1), n)
+    parent = (child - 1) // 2
+    order = np.lexsort((child, parent))  # by receiver (the parent), then sender
+    return child[order].astype(np.int32), parent[order].astype(np.int32)
+
+
+def tree_graph(
+    depth: int, key_L: np.ndarray, label_L: np.ndarray, query: int, edges: str = "undirected"
+) -> Graph:
+    """One Tree-NeighborsMatch tree from its leaves' keys and labels and the root's query."""
     n_leaves = 2**depth
     n = 2 * n_leaves - 1
-    child = np.arange(1, n)
-    senders_E, receivers_E = undirected(np.stack([(child - 1) // 2, child], 1), n)
-    key_L = rng.permutation(n_leaves)
-    label_L = rng.permutation(n_leaves)
-    query = int(rng.integers(n_leaves))
+    senders_E, receivers_E = tree_edges(depth, edges)
     x_NF = np.full((n, 3), ABSENT, dtype=np.int32)
     x_NF[:, 0] = NODE_INTERNAL
     x_NF[0, 0], x_NF[0, 1] = NODE_ROOT, query
@@ -183,6 +196,60 @@ def tree_neighbors_match(rng: np.random.Generator, depth: int) -> Graph:
     y_N = np.full(n, ABSENT, dtype=np.int32)
     y_N[0] = label_L[np.flatnonzero(key_L == query)[0]]
     return Graph(x_NF, senders_E, receivers_E, y_N, n)
+
+
+def tree_neighbors_match(
+    rng: np.random.Generator, depth: int, *, edges: str = "undirected", keys: str = "shuffled"
+) -> Graph:
+    """Alon & Yahav (2021)'s Tree-NeighborsMatch on a complete binary tree of depth r.
+
+    Nodes in heap order: node 0 is the root (target), node i has children 2i+1 and 2i+2, the
+    L = 2^r leaves are nodes L-1 .. 2L-2. Leaves carry distinct keys (the paper's "number of
+    blue neighbours": a random permutation of 0..L-1, or with keys="by_position" leaf l's key
+    is l, as the benchmark's code numbers them, tasks/dictionary_lookup.py:45-46) and distinct
+    labels (a random permutation of 0..L-1); the root carries a uniform query key k and
+    y_root = the label of the leaf with key k. Edges: `tree_edges(depth, edges)`.
+
+    x_NF int32 [N, 3] integer ids for embedding: column 0 node type (0 root, 1 internal,
+    2 leaf), column 1 key (the query for the root, -1 for internal nodes), column 2 label
+    (-1 for root and internal nodes). y_N int32 [N]: -1 except at the root.
+    """
+    if keys not in TREE_KEYS:
+        raise ConfigError(f"data.tree_keys={keys!r}; expected one of: {', '.join(TREE_KEYS)}")
+    n_leaves = 2**depth
+    key_L = rng.permutation(n_leaves) if keys == "shuffled" else np.arange(n_leaves)
+    label_L = rng.permutation(n_leaves)
+    query = int(rng.integers(n_leaves))
+    return tree_graph(depth, key_L, label_L, query, edges)
+
+
+# The benchmark's dataset (tasks/dictionary_lookup.py:18-27): up to 1000 label permutations
+# (all of them when there are fewer; at most 32000 / L trees per depth above 3), each with every
+# query key, so labels are balanced; 80 % of the trees train (main.py:16).
+BENCH_PERMUTATIONS, BENCH_MAX_TREES, BENCH_TRAIN_FRACTION = 1000, 32000, 0.8
+
+
+def benchmark_tree_split(rng: np.random.Generator, depth: int) -> tuple[list, list]:
+    """The benchmark's fixed Tree-NeighborsMatch dataset as (train, test) lists of
+    (label_L, query), keys by position: a shuffled 80/20 split of every (permutation, query)
+    pair (the benchmark's split is stratified by label; every permutation brings each label
+    once, so a shuffled split is near-balanced too)."""
+    n_leaves = 2**depth
+    count = min(BENCH_PERMUTATIONS, math.factorial(n_leaves))
+    if depth > 3:
+        count = min(count, BENCH_MAX_TREES // n_leaves)
+    if count == math.factorial(n_leaves):
+        perms = [np.array(p) for p in itertools.permutations(range(n_leaves))]
+    else:  # distinct draws, as the benchmark's random.sample for depth <= 3
+        seen: dict[tuple, np.ndarray] = {}
+        while len(seen) < count:
+            p = rng.permutation(n_leaves)
+            seen.setdefault(tuple(p), p)
+        perms = list(seen.values())
+    pairs = [(p, q) for p in perms for q in range(n_leaves)]
+    order = rng.permutation(len(pairs))
+    n_train = round(BENCH_TRAIN_FRACTION * len(pairs))
+    return [pairs[i] for i in order[:n_train]], [pairs[i] for i in order[n_train:]]
 
 
 def batch(graphs) -> tuple[Graph, np.ndarray]:

@@ -1,23 +1,40 @@
-"""CSNN's claims at CPU scale: Minesweeper, Tree-NeighborsMatch and the barbell, against GCN,
-SAGE and an NSD-style sheaf, with CSNN's ablations. Every run goes through `core.train` with
-`configs/csnn.py` (same model width d C for every kind, same optimiser and budget per task).
+"""CSNN's claims at CPU scale on the experiment protocol (issue 26): Minesweeper against GCN and
+SAGE tuned by one rule, Tree-NeighborsMatch under two protocols, the barbell. Every run goes
+through `core.train` with `configs/csnn.py` and `core.cache.cached_run` (keyed by its config
+and the code hash); every run is a row of one `core.results` record, and the claims are
+derived from that record (`claims_from_results`), so `launch.reproduce --methods=csnn
+--from_results` re-derives them from `results/full.json`.
 
-- Minesweeper: per split, the test AUROC at the step of best validation AUROC (evaluated every
-  `eval_every` steps: early stopping on validation, as the official runs).
-- Tree-NeighborsMatch: test accuracy on fresh trees at each depth (depth + 1 layers).
+- Minesweeper: every model (CSNN, GCN, SAGE) gets the same grid (MINE_GRID: normalisation x
+  learning rate), the same steps and the same rule: each grid point runs on the selection
+  splits, `core.selection.select` takes the point of best mean validation AUROC (rule max; in
+  the full run `require_interior` refuses a choice on the learning rate's edge), and the
+  chosen point then runs on the other claim splits. A run's test AUROC is read at its step of
+  best validation AUROC (early stopping); test numbers choose nothing.
+- Tree-NeighborsMatch, two protocols side by side (configs/csnn.py): "fresh" (ours: undirected
+  edges, fresh trees every step, accuracy on fresh trees at the end) and "benchmark" (Alon &
+  Yahav's code: edges from child to parent, a fixed training set, LayerNorm, a plateau
+  schedule; the number is the best training accuracy over the evaluations, as their
+  `Experiment.run` returns, with the held-out accuracy at that evaluation beside it).
 - Barbell: test MSE on fresh graphs against the exact constant-predictor MSE.
 
-Claims:
-- Minesweeper: CSNN's mean test AUROC exceeds GCN's by MINE_MARGIN (the paper: 99.07 vs 89.75).
-- Tree: CSNN keeps its accuracy at the deepest depth (>= TREE_KEEP) where GCN falls below it.
-- Barbell: CSNN's MSE is below the constant predictor's and BARBELL_RATIO times below GCN's.
-The ablations (source = target, no conformal scale, a single operator) are reported beside.
-The reduced run (`--quick`, QUICK) is the barbell alone, CSNN and GCN on one seed, with the
-barbell claims at QUICK_BARBELL_RATIO: a smoke check of the mechanism in ~30 s, not the paper's
-Minesweeper numbers.
+Claims (IntervalClaims: 95 % bootstrap intervals over splits or seeds, paired by key):
+- Minesweeper: CSNN beats GCN by MINE_MARGIN and beats SAGE (test AUROC, paired by split).
+- Tree, per protocol, at tree_claim_depth: CSNN's accuracy is at least TREE_KEEP and (from
+  TREE_GAP_FROM, the depth where GCN is expected to fail) beats GCN's by TREE_GAP (paired by
+  seed).
+- Barbell: CSNN's MSE is below the constant predictor's, and BARBELL_DECADES decades (10x)
+  below GCN's and the S = T ablation's (log10 ratios paired by seed).
+The quick run (`--quick`, QUICK) is the barbell alone, CSNN and GCN on three seeds, with the
+GCN claim at QUICK_BARBELL_DECADES: a smoke check of the mechanism, not the paper's numbers.
+
+    python -m methods.csnn.experiment --workdir=W --parts=minesweeper --models=csnn  # a share
+    python -m methods.csnn.experiment   # the README's tables from results/full.json
 """
 
 import dataclasses
+import itertools
+import math
 import os
 import sys
 
@@ -26,57 +43,84 @@ import numpy as np
 
 import methods
 from configs import csnn as csnn_config
-from core import cache, results, train
-from core.claims import Claim, Report
+from core import cache, results, selection, stats, train
+from core.claims import IntervalClaim, Report
+from core.errors import ConfigError
 from methods.csnn import tasks
 
-# "Clearly beats": the paper's gap is 9 points; we ask for 2 points on the mean over splits.
+# Margins fixed on 2026-12-02, before any run on this protocol (issue 26); the numbers quoted
+# beside them are the pre-protocol run's (README), not this protocol's.
+# "Clearly beats": the paper's gap is 9 points; we ask 2 points of test AUROC, paired by split
+# (pre-protocol: +.0293 +/- .0010 over 10 splits, GCN untuned).
 MINE_MARGIN = 0.02
-# The paper: CSNN 100 % at every depth 2-8, GCN failing from depth 4; we ask CSNN >= 0.9 at the
-# deepest depth run and GCN at least 0.2 below it.
+# The paper's direction over SAGE with no size attached (93.51 against 99.07; pre-protocol
+# +.0018 +/- .0007): this one can fail, and may.
+SAGE_MARGIN = 0.0
+# The paper: CSNN 100 % at every depth 2-8 where GCN fails from depth 4 (under the benchmark's
+# protocol). We ask CSNN >= 0.9 and GCN at least 0.2 below it at the claim depth, the gap only
+# from TREE_GAP_FROM: the benchmark's GCN fits depth 3 (Alon & Yahav: 100 % training accuracy
+# at r = 2, 3), so the paper's gap starts at 4; on fresh trees with undirected edges GCN was at
+# chance at depth 3 (pre-protocol: .109, chance .125) where CSNN was at 1.000.
 TREE_KEEP = 0.9
 TREE_GAP = 0.2
-# A run reported in our plan: CSNN 1.7e-4 against GCN 5.6e-3 (x33) and the constant 1.4e-2.
-BARBELL_RATIO = 10.0
-# The reduced run (QUICK: barbell seed 0, 800 steps) asserts GCN's MSE / CSNN's >= this. Measured
-# at 800 steps, lr 3e-3, 32 graphs a step: CSNN 7.4e-4, 5.8e-3, 5.6e-4, 1.0e-3, 7.3e-3 on seeds
-# 0-4 (some seeds are still on a plateau near half the constant's 1.39e-2); GCN 1.52e-2, 1.57e-2,
-# 1.61e-2 on seeds 0-2, above the constant predictor: ratios 2.1-29, 20 on seed 0.
-QUICK_BARBELL_RATIO = 1.5
+TREE_GAP_FROM = {"fresh": 3, "benchmark": 4}
+# A run reported in our plan: CSNN 1.7e-4 against GCN 5.6e-3 (x33). One decade = 10x.
+BARBELL_DECADES = 1.0
+# The quick run (barbell, 800 steps, seeds 0-2): GCN's MSE over CSNN's >= 1.5x. Measured at this
+# setting before the protocol: CSNN 7.4e-4, 5.8e-3, 5.6e-4 on seeds 0-2 (seed 1 still on a
+# plateau near half the constant's 1.39e-2), GCN 1.52e-2, 1.57e-2, 1.61e-2: ratios 20, 2.7, 29.
+QUICK_BARBELL_DECADES = math.log10(1.5)
+
+MINE_VALIDATION = "val/auroc"
+# "layernorm" is the official Minesweeper script's pair, LayerNorm after every layer and input
+# dropout 0.2, which the pre-protocol run dropped for CSNN alone (chosen on its validation).
+NORMS = {"none": dict(layer_norm=False, input_dropout=0.0),
+         "layernorm": dict(layer_norm=True, input_dropout=0.2)}  # fmt: skip
+MINE_GRID = {"norm": tuple(NORMS), "lr": (1e-3, 2e-3, 4e-3)}
 
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    mine_splits: tuple[int, ...]
+    mine_models: tuple[str, ...]  # "kind" or "csnn:<ablation>"; each gets the whole grid
+    mine_grid: dict  # axis -> values, axes in grid order
+    mine_select_splits: tuple[int, ...]  # their validation AUROC chooses each model's point
+    mine_splits: tuple[int, ...]  # the claims' splits (test AUROC at the chosen point)
     mine_steps: int
-    mine_side: int
-    mine_models: tuple[str, ...]  # "kind" or "csnn:<ablation>"
-    mine_extra_splits: tuple[int, ...]  # the ablations
-    mine_extra_models: tuple[str, ...]
+    mine_ablations: tuple[str, ...]  # CSNN ablations at CSNN's chosen point, on mine_splits
+    tree_protocols: tuple[str, ...]
     tree_depths: tuple[int, ...]
-    tree_steps: int
     tree_models: tuple[str, ...]
+    tree_seeds: tuple[int, ...]
+    tree_steps: int
+    barbell_models: tuple[str, ...]
     barbell_seeds: tuple[int, ...]
     barbell_steps: int
-    barbell_models: tuple[str, ...]
     barbell_batch: int | None = None  # graphs a step; None: configs/csnn.py's
     barbell_lr: float | None = None  # None: configs/csnn.py's
+    tree_claim_depth: int | None = None
+    require_interior: bool = True  # refuse a Minesweeper choice on the grid's edge
 
 
 ABLATED = ("csnn:source_equals_target", "csnn:not_conformal", "csnn:single_operator")
+# Sized for ~60-90 min of an idle 2-core machine in two processes (README, "protocol (pending
+# rerun)"): Minesweeper 3 splits (the grid on split 0) at 300 steps, the tree at depth 3 only,
+# no NSD-style model and no Minesweeper ablations (their pre-protocol numbers stand beside).
 FULL = Setting(
-    mine_splits=tuple(range(10)),
-    mine_steps=500,
-    mine_side=100,
-    mine_models=("csnn", "gcn", "sage", "nsd"),
-    mine_extra_splits=(0, 1, 2, 3),
-    mine_extra_models=ABLATED,
-    tree_depths=(2, 3, 4),
+    mine_models=("csnn", "gcn", "sage"),
+    mine_grid=MINE_GRID,
+    mine_select_splits=(0,),
+    mine_splits=(0, 1, 2),
+    mine_steps=300,
+    mine_ablations=(),
+    tree_protocols=("fresh", "benchmark"),
+    tree_depths=(3,),
+    tree_models=("csnn", "gcn"),
+    tree_seeds=(0, 1, 2),
     tree_steps=3000,
-    tree_models=("csnn", "gcn", "nsd"),
-    barbell_seeds=(0, 1),
+    tree_claim_depth=3,
+    barbell_models=("csnn", "gcn", "csnn:source_equals_target", "csnn:single_operator"),
+    barbell_seeds=(0, 1, 2),
     barbell_steps=3000,
-    barbell_models=("csnn", "gcn", "nsd", "csnn:source_equals_target", "csnn:single_operator"),
 )
 # The barbell, where GCN fails by construction (a node cannot hear the other clique without its
 # own clique flooding the bridge), at a higher learning rate and half the graphs a step: CSNN
@@ -85,31 +129,31 @@ FULL = Setting(
 # on a 40 x 40 grid (800 train nodes) CSNN and GCN tie after 200 steps (measured test AUROC .886
 # vs .893 and .908 vs .901 on two splits).
 QUICK = Setting(
+    mine_models=(),
+    mine_grid=MINE_GRID,
+    mine_select_splits=(),
     mine_splits=(),
     mine_steps=0,
-    mine_side=100,
-    mine_models=(),
-    mine_extra_splits=(),
-    mine_extra_models=(),
+    mine_ablations=(),
+    tree_protocols=(),
     tree_depths=(),
-    tree_steps=0,
     tree_models=(),
-    barbell_seeds=(0,),
-    barbell_steps=800,
+    tree_seeds=(),
+    tree_steps=0,
     barbell_models=("csnn", "gcn"),
+    barbell_seeds=(0, 1, 2),
+    barbell_steps=800,
     barbell_batch=32,
     barbell_lr=3e-3,
+    require_interior=False,
 )
 
 
 def config_for(task: str, model: str, steps: int, **options):
     kind, _, ablation = model.partition(":")
     arg = f"task={task},model={kind},ablation={ablation or 'none'}"
-    arg += "".join(f",{k}={v}" for k, v in options.items() if k != "side")
+    arg += "".join(f",{k}={v}" for k, v in options.items())
     config = csnn_config.get_config(arg)
-    if "side" in options:
-        config.data.side = options["side"]
-        config.train.batch_size = options["side"] ** 2
     config.train.steps = steps
     config.train.eval_every = min(config.train.eval_every, steps)
     config.train.log_every = config.train.eval_every
@@ -133,268 +177,361 @@ def code_hash() -> str:
     return results.code_version("csnn")["source_hash"]
 
 
-def minesweeper_run(model: str, split: int, setting: Setting, workdir: str, code: str) -> dict:
-    config = config_for(
-        "minesweeper", model, setting.mine_steps, split=split, side=setting.mine_side
-    )
-    rows = eval_rows(config, workdir, code, f"minesweeper {model} split {split}")
-    best = max(rows, key=lambda r: r["eval/val_auroc"])
-    return {"val": best["eval/val_auroc"], "test": best["eval/test_auroc"], "step": best["step"]}
+# --- the runs, each one results row --------------------------------------------------------------
 
 
-def tree_run(model: str, depth: int, s: Setting, workdir: str, code: str) -> float:
-    config = config_for("tree", model, s.tree_steps, depth=depth)
-    rows = eval_rows(config, workdir, code, f"tree {model} depth {depth}")
-    return rows[-1]["eval/test_accuracy"]
+def minesweeper_row(model: str, split: int, point: dict, s: Setting, workdir, code) -> dict:
+    config = config_for("minesweeper", model, s.mine_steps, split=split)
+    config.model.update(NORMS[point["norm"]])
+    config.optim.lr = point["lr"]
+    label = f"minesweeper {model} split {split} {point}"
+    rows = eval_rows(config, workdir, code, label)
+    best = max(rows, key=lambda r: r["eval/val_auroc"])  # early stopping on validation
+    row = {"task": "minesweeper", "model": model, "split": split, **point}
+    row |= {"val_auroc": best["eval/val_auroc"], "test_auroc": best["eval/test_auroc"]}
+    print(f"{label}: val {row['val_auroc']:.4f} test {row['test_auroc']:.4f}", flush=True)
+    return row | {"step": best["step"]}
 
 
-def barbell_run(model: str, seed: int, s: Setting, workdir: str, code: str) -> float:
+def tree_row(model: str, protocol: str, depth: int, seed: int, s: Setting, workdir, code):
+    config = config_for("tree", model, s.tree_steps, depth=depth, protocol=protocol)
+    config.seed = seed
+    label = f"tree {protocol} {model} depth {depth} seed {seed}"
+    rows = eval_rows(config, workdir, code, label)
+    row = {"task": "tree", "protocol": protocol, "model": model, "depth": depth, "seed": seed}
+    if protocol == "benchmark":  # the best training accuracy, as the benchmark reports it
+        best = max(rows, key=lambda r: r["eval/train_accuracy"])
+        row |= {"accuracy": best["eval/train_accuracy"], "heldout": best["eval/test_accuracy"]}
+    else:
+        best = rows[-1]
+        row["accuracy"] = best["eval/test_accuracy"]
+    print(f"{label}: accuracy {row['accuracy']:.3f}", flush=True)
+    return row | {"step": best["step"]}
+
+
+def barbell_row(model: str, seed: int, s: Setting, workdir, code) -> dict:
     config = config_for("barbell", model, s.barbell_steps)
     config.seed = seed
     if s.barbell_batch is not None:
         config.train.batch_size = s.barbell_batch
     if s.barbell_lr is not None:
         config.optim.lr = s.barbell_lr
-    rows = eval_rows(config, workdir, code, f"barbell {model} seed {seed}")
-    return rows[-1]["eval/test_mse"]
+    label = f"barbell {model} seed {seed}"
+    mse = eval_rows(config, workdir, code, label)[-1]["eval/test_mse"]
+    print(f"{label}: {mse:.3g}", flush=True)
+    return {"task": "barbell", "model": model, "seed": seed, "test_mse": mse}
 
 
-def minesweeper_logged(model: str, split: int, s: Setting, workdir: str, code: str) -> dict:
-    result = dict(minesweeper_run(model, split, s, workdir, code), split=split)
-    print(f"minesweeper split {split} {model}: {result}", flush=True)
-    return result
+def grid_points(grid: dict) -> list[dict]:
+    """The grid's points as dicts, in `selection.select`'s order (the last axis fastest)."""
+    return [dict(zip(grid, p, strict=True)) for p in itertools.product(*grid.values())]
 
 
-def parse_runs(spec: str) -> list[tuple[str, int]]:
-    """`csnn@4,csnn:not_conformal@1` -> [("csnn", 4), ("csnn:not_conformal", 1)]."""
-    runs = []
-    for item in spec.split(","):
-        model, _, split = item.partition("@")
-        kind, _, ablation = model.partition(":")
-        known = kind in csnn_config.KINDS and (not ablation or ablation in csnn_config.ABLATIONS)
-        if not known or not split.isdigit():
-            raise ValueError(f"--runs item {item!r} is not <model>@<split>, e.g. csnn@4")
-        runs.append((model, int(split)))
-    return runs
+def choose(rows: list[dict], model: str, s: Setting) -> selection.Selection:
+    """The model's grid point of best mean validation AUROC over the selection splits."""
+    keys = tuple(s.mine_grid)
+    by_point = {}
+    for r in rows:
+        if (
+            r["task"] == "minesweeper"
+            and r["model"] == model
+            and r["split"] in s.mine_select_splits
+        ):
+            by_point.setdefault(tuple(r[k] for k in keys), {})[r["split"]] = r["val_auroc"]
+    scores = selection.ValidationScores(MINE_VALIDATION, by_point)
+    return selection.select(s.mine_grid, scores, rule="max")
 
 
-def mean(values) -> float:
-    return float(np.mean(values)) if len(values) else float("nan")
+def minesweeper_rows(s: Setting, workdir, code, models=None) -> list[dict]:
+    rows = []
+    for model in s.mine_models if models is None else models:
+        for point in grid_points(s.mine_grid):
+            for split in s.mine_select_splits:
+                rows.append(minesweeper_row(model, split, point, s, workdir, code))
+        chosen = choose(rows, model, s).point
+        rest = [sp for sp in s.mine_splits if sp not in s.mine_select_splits]
+        ablations = s.mine_ablations if model == "csnn" else ()
+        for split in rest:
+            rows.append(minesweeper_row(model, split, chosen, s, workdir, code))
+        for ablated in ablations:
+            for split in s.mine_splits:
+                rows.append(minesweeper_row(ablated, split, chosen, s, workdir, code))
+    return rows
 
 
-PARTS = ("minesweeper", "minesweeper_extra", "tree", "barbell")
+PARTS = ("minesweeper", "tree", "barbell")
 
 
-def measure(workdir: str, s: Setting, parts=PARTS) -> tuple[dict, dict, dict]:
-    """(minesweeper, tree, barbell) results of the runs in `parts`."""
+def measure(workdir: str, s: Setting, parts=PARTS, models=None) -> list[dict]:
+    """Every row of the runs in `parts` (`models`: only these Minesweeper models, to share the
+    grid out between processes on one workdir)."""
     code = code_hash()
-    mine = {m: [] for m in (*s.mine_models, *s.mine_extra_models)}
-    grid = {
-        "minesweeper": (s.mine_splits, s.mine_models),
-        "minesweeper_extra": (s.mine_extra_splits, s.mine_extra_models),
-    }
-    for splits, models in (grid[part] for part in grid if part in parts):
-        for split in splits:
-            for m in models:
-                mine[m].append(minesweeper_logged(m, split, s, workdir, code))
-    tree = {m: {} for m in s.tree_models}
-    for depth in s.tree_depths if "tree" in parts else ():
-        for m in s.tree_models:
-            tree[m][depth] = tree_run(m, depth, s, workdir, code)
-            print(f"tree depth {depth} {m}: {tree[m][depth]:.3f}", flush=True)
-    barbell = {m: [] for m in s.barbell_models}
+    rows = minesweeper_rows(s, workdir, code, models) if "minesweeper" in parts else []
+    for protocol in s.tree_protocols if "tree" in parts else ():
+        for depth in s.tree_depths:
+            for seed in s.tree_seeds:
+                for m in s.tree_models:
+                    rows.append(tree_row(m, protocol, depth, seed, s, workdir, code))
     for seed in s.barbell_seeds if "barbell" in parts else ():
         for m in s.barbell_models:
-            barbell[m].append(barbell_run(m, seed, s, workdir, code))
-            print(f"barbell seed {seed} {m}: {barbell[m][-1]:.3g}", flush=True)
-    return mine, tree, barbell
+            rows.append(barbell_row(m, seed, s, workdir, code))
+    return rows
 
 
-def minus_csnn_by_split(mine: dict, model: str) -> dict[int, float]:
-    """{split: test AUROC of `model` minus CSNN's on that split}, paired by split, not order."""
-    csnn = {r["split"]: r["test"] for r in mine.get("csnn", [])}
-    return {r["split"]: r["test"] - csnn[r["split"]] for r in mine.get(model, [])}
-
-
-def paired_minus_csnn(mine: dict) -> dict:
-    """Per model: its test AUROC minus CSNN's on the same splits, mean and standard error over
-    the splits it ran (pairing removes the split-to-split spread, which is larger than the
-    differences between CSNN and its ablations)."""
-    out = {}
-    for m in mine:
-        diffs = list(minus_csnn_by_split(mine, m).values()) if m != "csnn" else []
-        if not diffs:
-            continue
-        se = float(np.std(diffs, ddof=1) / np.sqrt(len(diffs))) if len(diffs) > 1 else None
-        out[m] = {"mean": mean(diffs), "se": se, "splits": len(diffs)}
+def setting_json(s: Setting) -> dict:
+    out = dataclasses.asdict(s)
+    out["mine_grid"] = {axis: list(values) for axis, values in s.mine_grid.items()}
     return out
 
 
-def run(workdir: str, quick: bool = False) -> Report:
-    s = QUICK if quick else FULL
-    mine, tree, barbell = measure(workdir, s)
-    table = {
-        "minesweeper_test_auroc": {m: mean([r["test"] for r in v]) for m, v in mine.items()},
-        "minesweeper_split0_test_auroc": {
-            m: r["test"] for m, v in mine.items() for r in v if r["split"] == 0
-        },
-        "minesweeper_minus_csnn_paired": paired_minus_csnn(mine),
-        "minesweeper_csnn_minus_gcn_by_split": [
-            -d for d in minus_csnn_by_split(mine, "gcn").values()
-        ],
-        "tree_accuracy": tree,
-        "barbell_test_mse": {m: mean(v) for m, v in barbell.items()},
-    }
-    figure = os.path.join(workdir, "csnn_results.png")
-    plot(table, figure)
-    return Report(
-        method="csnn",
-        claims=claims(table, s, quick),
-        metrics={
-            "setting": dataclasses.asdict(s),
-            "minesweeper": mine,
-            "barbell": barbell,
-            "table": table,
-        },  # fmt: skip
-        command="python -m launch.reproduce --methods=csnn" + (" --quick" if quick else ""),
-        figures=[figure],
+def setting_from(record: dict) -> Setting:
+    config = dict(record["config"])
+    config["mine_grid"] = {axis: tuple(v) for axis, v in config["mine_grid"].items()}
+    return Setting(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
+
+
+def chosen_points(record: dict) -> dict:
+    """Each Minesweeper model's validation choice, re-derived from the record's rows; in the
+    full run a ConfigError when a choice sits on the grid's edge (the grid is not finished)."""
+    s = setting_from(record)
+    out = {}
+    for model in s.mine_models:
+        chosen = choose(record["rows"], model, s)
+        if s.require_interior:
+            chosen.require_interior()
+        out[model] = chosen.point
+    return out
+
+
+# --- claims, from the record -----------------------------------------------------------------
+
+
+def mine_by_split(record: dict, model: str, point: dict) -> dict:
+    """{split: test AUROC} of `model` at `point` on the claims' splits."""
+    splits = setting_from(record).mine_splits
+    rows = [r for r in record["rows"] if r["task"] == "minesweeper" and r["split"] in splits]
+    return results.by_seed(rows, "test_auroc", key="split", model=model, **point)
+
+
+def tree_by_seed(record: dict, protocol: str, model: str, depth: int) -> dict:
+    return results.by_seed(
+        record["rows"], "accuracy", task="tree", protocol=protocol, model=model, depth=depth
     )
 
 
-def claims(table: dict, s: Setting, quick: bool) -> list[Claim]:
+def log_mse_by_seed(record: dict, model: str) -> dict:
+    mse = results.by_seed(record["rows"], "test_mse", task="barbell", model=model)
+    return {seed: math.log10(v) for seed, v in mse.items()}
+
+
+def claims_from_results(record: dict) -> list[IntervalClaim]:
+    s = setting_from(record)
+    quick = record["run"] == "quick"
     out = []
     if s.mine_splits:
-        mine = table["minesweeper_test_auroc"]
-        out.append(
-            Claim(
-                "CSNN beats GCN clearly on Minesweeper (test AUROC, mean over splits)",
-                "auroc_csnn - auroc_gcn",
-                mine["csnn"] - mine["gcn"],
-                ">=",
-                MINE_MARGIN,
+        chosen = chosen_points(record)
+        csnn = mine_by_split(record, "csnn", chosen["csnn"])
+        for other, margin in (("gcn", MINE_MARGIN), ("sage", SAGE_MARGIN)):
+            out.append(
+                IntervalClaim.beats(
+                    f"CSNN beats {other.upper()} on Minesweeper by more than {margin:g} (test "
+                    f"AUROC, each at its validation-chosen point, paired by split)",
+                    f"auroc: csnn - {other}",
+                    csnn,
+                    mine_by_split(record, other, chosen[other]),
+                    margin,
+                )
             )
-        )
+    depth = s.tree_claim_depth
+    for protocol in s.tree_protocols if depth is not None else ():
+        what = "training accuracy" if protocol == "benchmark" else "accuracy on fresh trees"
+        csnn = tree_by_seed(record, protocol, "csnn", depth)
         out.append(
-            Claim(
-                "CSNN beats GCN on every Minesweeper split",
-                "min over splits of auroc_csnn - auroc_gcn",
-                min(table["minesweeper_csnn_minus_gcn_by_split"]),
-                ">",
-                0.0,
-            )
-        )
-    if s.tree_depths:
-        deepest = max(s.tree_depths)
-        acc = table["tree_accuracy"]
-        out.append(
-            Claim(
-                f"CSNN keeps its Tree-NeighborsMatch accuracy at depth {deepest}",
-                f"accuracy_csnn(depth {deepest})",
-                acc["csnn"][deepest],
-                ">=",
+            IntervalClaim.at_least(
+                f"CSNN solves Tree-NeighborsMatch at depth {depth} ({protocol} protocol: "
+                f"{what} >= {TREE_KEEP:g})",
+                f"tree {protocol} depth {depth}: accuracy csnn",
+                csnn,
                 TREE_KEEP,
             )
         )
+        if depth < TREE_GAP_FROM[protocol]:
+            continue
         out.append(
-            Claim(
-                f"GCN degrades with depth where CSNN does not (depth {deepest})",
-                f"accuracy_csnn - accuracy_gcn (depth {deepest})",
-                acc["csnn"][deepest] - acc["gcn"][deepest],
-                ">=",
+            IntervalClaim.beats(
+                f"GCN degrades where CSNN does not: CSNN - GCN > {TREE_GAP:g} at depth {depth} "
+                f"({protocol} protocol, {what}, paired by seed)",
+                f"tree {protocol} depth {depth}: accuracy csnn - gcn",
+                csnn,
+                tree_by_seed(record, protocol, "gcn", depth),
                 TREE_GAP,
             )
         )
     if s.barbell_seeds:
-        mse = table["barbell_test_mse"]
+        mse = results.by_seed(record["rows"], "test_mse", task="barbell", model="csnn")
+        constant = tasks.barbell_constant_mse()
         out.append(
-            Claim(
+            IntervalClaim.at_most(
                 "CSNN's barbell test MSE is below the constant predictor's",
-                "mse_csnn / mse_constant",
-                mse["csnn"] / tasks.barbell_constant_mse(),
-                "<",
+                "barbell: mse_csnn / mse_constant",
+                {seed: v / constant for seed, v in mse.items()},
                 1.0,
             )
         )
-        ratio = QUICK_BARBELL_RATIO if quick else BARBELL_RATIO
-        out.append(
-            Claim(
-                f"CSNN's barbell test MSE is at least {ratio:g}x below GCN's",
-                "mse_gcn / mse_csnn",
-                mse["gcn"] / mse["csnn"],
-                ">=",
-                ratio,
-            )
-        )
-        if "csnn:source_equals_target" in mse:
+        decades = QUICK_BARBELL_DECADES if quick else BARBELL_DECADES
+        others = [("gcn", "GCN's"), ("csnn:source_equals_target", "the S = T ablation's")]
+        for other, name in others:
+            if other not in s.barbell_models:
+                continue
             out.append(
-                Claim(
-                    f"Separate source and target maps matter: CSNN's barbell MSE is at least "
-                    f"{BARBELL_RATIO:g}x below the S = T ablation's",
-                    "mse_(S=T) / mse_csnn",
-                    mse["csnn:source_equals_target"] / mse["csnn"],
-                    ">=",
-                    BARBELL_RATIO,
+                IntervalClaim.beats(
+                    f"CSNN's barbell test MSE is at least {10**decades:.3g}x below {name} "
+                    f"(log10 ratio, paired by seed)",
+                    f"barbell: log10(mse_{other} / mse_csnn)",
+                    log_mse_by_seed(record, other),
+                    log_mse_by_seed(record, "csnn"),
+                    decades,
                 )
             )
     return out
 
 
-def plot(table: dict, path: str) -> None:
+# --- the README's tables and the figure ---------------------------------------------------------
+
+
+def _fmt(iv: stats.Interval, digits: int = 4) -> str:
+    return f"{iv.mean:.{digits}f} [{iv.low:.{digits}f}, {iv.high:.{digits}f}]"
+
+
+def table(record: dict) -> str:
+    s = setting_from(record)
+    rows = record["rows"]
+    lines = []
+    if s.mine_splits:
+        chosen = chosen_points(record)
+        lines += ["Minesweeper test AUROC at each model's validation-chosen point, per split:", ""]
+        lines += ["| model | chosen | " + " | ".join(f"split {sp}" for sp in s.mine_splits)]
+        lines[-1] += " | mean [95 % interval] |"
+        lines += ["|---|---|" + "---|" * (len(s.mine_splits) + 1)]
+        models = (*s.mine_models, *s.mine_ablations)
+        for m in models:
+            point = chosen["csnn" if m.startswith("csnn:") else m]
+            by_split = mine_by_split(record, m, point)
+            cells = [f"{by_split[sp]:.4f}" for sp in s.mine_splits]
+            where = ", ".join(f"{k} {v:g}" if isinstance(v, float) else v for k, v in point.items())
+            iv = stats.interval(by_split, what=m) if len(by_split) >= stats.MIN_SAMPLES else None
+            lines.append(f"| {m} | {where} | {' | '.join(cells)} | {_fmt(iv) if iv else ''} |")
+        lines += ["", "Validation AUROC of every grid point, mean over the selection splits:", ""]
+        points = grid_points(s.mine_grid)
+        lines += ["| model | " + " | ".join(f"{p['norm']}, lr {p['lr']:g}" for p in points) + " |"]
+        lines += ["|---|" + "---|" * len(points)]
+        for m in s.mine_models:
+            means = choose(rows, m, s).means
+            lines.append(f"| {m} | " + " | ".join(f"{v:.4f}" for v in means.values()) + " |")
+    if s.tree_protocols and s.tree_depths:
+        lines += ["", "Tree-NeighborsMatch accuracy, mean [95 % interval] over seeds:", ""]
+        lines += ["| protocol | depth | " + " | ".join(s.tree_models) + " |"]
+        lines += ["|---|---|" + "---|" * len(s.tree_models)]
+        for protocol in s.tree_protocols:
+            for depth in s.tree_depths:
+                cells = [
+                    _fmt(stats.interval(tree_by_seed(record, protocol, m, depth), what=m), 3)
+                    for m in s.tree_models
+                ]
+                lines.append(f"| {protocol} | {depth} | {' | '.join(cells)} |")
+    if s.barbell_seeds:
+        lines += ["", "Barbell test MSE (normalised; the constant predictor's is "
+                  f"{tasks.barbell_constant_mse():.3g}):", ""]  # fmt: skip
+        lines += ["| model | " + " | ".join(f"seed {x}" for x in s.barbell_seeds) + " |"]
+        lines += ["|---|" + "---|" * len(s.barbell_seeds)]
+        for m in s.barbell_models:
+            mse = results.by_seed(rows, "test_mse", task="barbell", model=m)
+            lines.append(f"| {m} | " + " | ".join(f"{mse[x]:.3g}" for x in s.barbell_seeds) + " |")
+    return "\n".join(lines)
+
+
+def plot(record: dict, path: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    mine = table["minesweeper_test_auroc"]
-    has_tree = any(table["tree_accuracy"].values())
-    has_barbell = bool(table["barbell_test_mse"])
-    panels = 2 * bool(mine) + has_tree + has_barbell
-    fig, axes = plt.subplots(1, panels, figsize=(5 * panels, 4), squeeze=False)
-    axes = list(axes[0])
-    if mine:
-        ax = axes.pop(0)
-        ax.barh(list(mine), list(mine.values()), color="tab:blue")
-        ax.set_xlim(min(mine.values()) - 0.05, 1.0)
-        ax.set_xlabel("Minesweeper test AUROC, mean over the splits each model ran")
-        ax = axes.pop(0)
-        paired = table["minesweeper_minus_csnn_paired"]
-        labels = [f"{m} ({v['splits']} splits)" for m, v in paired.items()]
-        errors = [v["se"] or 0.0 for v in paired.values()]
-        ax.barh(labels, [v["mean"] for v in paired.values()], xerr=errors, color="tab:green")
-        ax.axvline(0.0, color="k", lw=0.8)
-        ax.set_xlabel("Minesweeper test AUROC minus CSNN's, same splits (mean +/- SE)")
-    if has_tree:
-        ax = axes.pop(0)
-        for m, by_depth in table["tree_accuracy"].items():
-            depths = sorted(by_depth)
-            ax.plot(depths, [by_depth[d] for d in depths], marker="o", label=m)
-        ax.set_xticks(sorted({d for v in table["tree_accuracy"].values() for d in v}))
-        ax.set_xlabel("tree depth")
-        ax.set_ylabel("Tree-NeighborsMatch test accuracy")
-        ax.set_ylim(0, 1.05)
-        ax.legend()
-    if has_barbell:
-        ax = axes.pop(0)
-        mse = table["barbell_test_mse"]
-        ax.barh(list(mse), list(mse.values()), color="tab:orange")
-        ax.axvline(tasks.barbell_constant_mse(), color="k", ls="--", label="constant")
-        ax.set_xscale("log")
-        ax.set_xlabel("barbell test MSE (normalised)")
-        ax.legend()
+    s = setting_from(record)
+    ran = {"mine": s.mine_splits, "tree": s.tree_depths, "barbell": s.barbell_seeds}
+    panels = [p for p, keys in ran.items() if keys]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8), squeeze=False)
+    for ax, panel in zip(axes[0], panels, strict=True):
+        if panel == "mine":
+            chosen = chosen_points(record)
+            for m in s.mine_models:
+                by_split = mine_by_split(record, m, chosen[m])
+                ax.plot(list(by_split), list(by_split.values()), "o-", label=m)
+            ax.set_xlabel("Minesweeper split")
+            ax.set_ylabel("test AUROC (validation-chosen point)")
+        elif panel == "tree":
+            for protocol in s.tree_protocols:
+                for m in s.tree_models:
+                    y = [np.mean(list(tree_by_seed(record, protocol, m, d).values()))
+                         for d in s.tree_depths]  # fmt: skip
+                    ax.plot(s.tree_depths, y, "o-", label=f"{m} ({protocol})")
+            ax.set_xlabel("tree depth")
+            ax.set_ylabel("accuracy (benchmark: training)")
+            ax.set_ylim(0, 1.05)
+        else:
+            for m in s.barbell_models:
+                mse = results.by_seed(record["rows"], "test_mse", task="barbell", model=m)
+                ax.plot(list(mse), list(mse.values()), "o", label=m)
+            ax.axhline(tasks.barbell_constant_mse(), color="k", ls="--", label="constant")
+            ax.set_yscale("log")
+            ax.set_xlabel("seed")
+            ax.set_ylabel("barbell test MSE")
+        ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
+def run(workdir: str, quick: bool = False) -> Report:
+    s = QUICK if quick else FULL
+    record = results.record(
+        "csnn",
+        "quick" if quick else "full",
+        config=setting_json(s),
+        rows=measure(workdir, s),
+    )
+    claims = claims_from_results(record)  # also refuses an unfinished grid
+    os.makedirs(workdir, exist_ok=True)
+    figure = os.path.join(workdir, "csnn_results.png")
+    plot(record, figure)
+    notes = table(record)
+    print(notes, flush=True)
+    return Report(
+        method="csnn",
+        claims=claims,
+        metrics={c.metric: c.interval.to_dict() for c in claims},
+        command="python -m launch.reproduce --methods=csnn" + (" --quick" if quick else ""),
+        notes=notes,
+        figures=[figure],
+        results=record,
+    )
+
+
+def main(argv: list[str]) -> None:
+    """`--workdir=W [--parts=minesweeper,tree,barbell] [--models=csnn,...]`: FULL's runs in
+    those parts, into W's cache, beside another process on other parts (small graphs leave a
+    core idle); `launch.reproduce --methods=csnn --out=...` with that workdir then reads every
+    run back. Without arguments: the README's tables from the committed results."""
+    args = dict(a.removeprefix("--").split("=", 1) for a in argv)
+    if "workdir" not in args:
+        print(table(results.load("csnn", "full")))
+        return
+    parts = tuple(args.get("parts", ",".join(PARTS)).split(","))
+    unknown = [p for p in parts if p not in PARTS]
+    models = tuple(args["models"].split(",")) if "models" in args else None
+    if unknown or (models and set(models) - set(FULL.mine_models)):
+        raise ConfigError(f"--parts from {PARTS}, --models from {FULL.mine_models}; got {argv}")
+    measure(args["workdir"], FULL, parts, models)
+
+
 if __name__ == "__main__":
-    # Some of FULL's runs in this process, e.g. `--parts=tree,barbell` beside another process
-    # running `--parts=minesweeper` on the same workdir (small graphs leave a core idle); then
-    # `launch.reproduce --methods=csnn` with that workdir reads every run back from its cache.
-    # `--runs=nsd@5,csnn:single_operator@2` runs chosen Minesweeper (model, split) pairs
-    # instead, to share out the grid between processes by hand.
-    args = dict(a.removeprefix("--").split("=", 1) for a in sys.argv[1:])
-    if "runs" in args:
-        for model, split in parse_runs(args["runs"]):
-            minesweeper_logged(model, split, FULL, args["workdir"], code_hash())
-    else:
-        measure(args["workdir"], FULL, tuple(args.get("parts", ",".join(PARTS)).split(",")))
+    main(sys.argv[1:])

@@ -6,7 +6,8 @@
 - `barbell`: fresh two-clique graphs every step; MSE regression of the other clique's mean,
   against the exact constant-predictor MSE.
 - `tree`: Tree-NeighborsMatch of one depth; fresh trees every step; cross-entropy on the root's
-  label, accuracy on fresh trees.
+  label, accuracy on fresh trees. Or the benchmark's protocol (`benchmark_tree_arrays`): a
+  fixed set of trees with edges from child to parent, accuracy on that set and a held-out one.
 
 Barbell and tree graphs share one topology per task, so a batch is node features [B, N, F] and
 the model runs on their disjoint union (`tile_edges`), with no padding. `forward` traced under a
@@ -143,14 +144,15 @@ def tree_features(x_NF: np.ndarray, depth: int) -> np.ndarray:
     return out_NF
 
 
-def tree_task(depth: int) -> Task:
+def tree_task(depth: int, edges: str = "undirected", keys: str = "shuffled") -> Task:
     if not isinstance(depth, int) or depth < 1:
         raise ConfigError(f"data.depth={depth!r}: Tree-NeighborsMatch needs an int depth >= 1")
-    template = data.tree_neighbors_match(np.random.default_rng(0), depth)
+    kw = dict(edges=edges, keys=keys)
+    template = data.tree_neighbors_match(np.random.default_rng(0), depth, **kw)
     classes = 2**depth
 
     def example(rng):
-        g = data.tree_neighbors_match(rng, depth)
+        g = data.tree_neighbors_match(rng, depth, **kw)
         return {"x": tree_features(g.x_NF, depth), "y": np.int32(g.y_N[0])}
 
     def loss(out_BNO, batch):
@@ -171,13 +173,44 @@ def tree_task(depth: int) -> Task:
     )
 
 
-def make_task(name: str, *, depth: int = 3, graph_seed: int = 0, side: int = 100) -> Task:
+def benchmark_tree_arrays(depth: int, edges: str, seed: int) -> tuple[dict, dict]:
+    """The benchmark's fixed train and test trees (`data.benchmark_tree_split`, keys by
+    position) as {"x": [M, N, F], "y": [M]} arrays; the split is drawn from the run's seed."""
+    rng = np.random.default_rng([seed, *BENCHMARK_SPLIT_STREAM])
+    split = data.benchmark_tree_split(rng, depth)
+    n_leaves = 2**depth
+
+    def arrays(pairs):
+        graphs = [
+            data.tree_graph(depth, np.arange(n_leaves), labels_L, query, edges)
+            for labels_L, query in pairs
+        ]
+        return {
+            "x": np.stack([tree_features(g.x_NF, depth) for g in graphs]),
+            "y": np.array([g.y_N[0] for g in graphs], np.int32),
+        }
+
+    return arrays(split[0]), arrays(split[1])
+
+
+BENCHMARK_SPLIT_STREAM = (16, 16, 16)  # appended to the seed; distinct from evaluation's
+
+
+def make_task(
+    name: str,
+    *,
+    depth: int = 3,
+    graph_seed: int = 0,
+    side: int = 100,
+    tree_edges: str = "undirected",
+    tree_keys: str = "shuffled",
+) -> Task:
     if name == "minesweeper":
         return minesweeper_task(graph_seed, side)[0]
     if name == "barbell":
         return barbell_task()
     if name == "tree":
-        return tree_task(depth)
+        return tree_task(depth, tree_edges, tree_keys)
     raise ConfigError(f"data.task={name!r} is unknown; expected one of: {', '.join(TASKS)}")
 
 

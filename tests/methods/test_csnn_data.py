@@ -176,3 +176,40 @@ def test_batch_offsets_edges_and_roots():
         block = a_NN[o : o + g.num_nodes, o : o + g.num_nodes]
         np.testing.assert_array_equal(block, data.dense_adjacency(g))
     assert a_NN.sum() == sum(data.dense_adjacency(g).sum() for g in graphs)  # no cross edges
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_benchmark_tree_edges_point_child_to_parent(depth):
+    """The benchmark's trees send messages up only: one edge per non-root node, from it to its
+    parent (heap order: (i - 1) // 2). Undirected edges (2 per node) or reversed ones (parent
+    to child) fail here."""
+    g = data.tree_neighbors_match(np.random.default_rng(0), depth, edges="child_to_parent")
+    assert g.senders_E.dtype == np.int32 and g.receivers_E.dtype == np.int32
+    np.testing.assert_array_equal(np.sort(g.senders_E), np.arange(1, g.num_nodes))
+    np.testing.assert_array_equal(g.receivers_E, (g.senders_E - 1) // 2)
+    key_E = g.receivers_E.astype(np.int64) * g.num_nodes + g.senders_E
+    assert np.all(np.diff(key_E) > 0)  # sorted by receiver, as the segment sums need
+    assert 0 not in g.senders_E  # the root sends nothing; leaves receive nothing
+    leaves = np.flatnonzero(g.x_NF[:, 0] == data.NODE_LEAF)
+    assert not np.isin(leaves, g.receivers_E).any()
+    # The same tree edges as the undirected graph, one direction of each.
+    u = data.tree_neighbors_match(np.random.default_rng(0), depth)
+    up_E = u.receivers_E < u.senders_E
+    np.testing.assert_array_equal(np.sort(u.senders_E[up_E]), np.sort(g.senders_E))
+
+
+def test_benchmark_tree_split_sizes_keys_and_balance():
+    """The benchmark's dataset: every (label permutation, query) pair, 80 % to train
+    (depth 2: all 4! permutations x 4 queries = 96 trees, 77 train; depth 3: 1000 distinct
+    permutations x 8 = 8000, 6400 train), disjoint, each label equally often overall."""
+    train2, test2 = data.benchmark_tree_split(np.random.default_rng(0), 2)
+    assert (len(train2), len(test2)) == (77, 19)
+    train3, test3 = data.benchmark_tree_split(np.random.default_rng(0), 3)
+    assert (len(train3), len(test3)) == (6400, 1600)
+    pairs = {(tuple(p), q) for p, q in train3 + test3}
+    assert len(pairs) == 8000 and len({p for p, _ in pairs}) == 1000
+    labels = np.bincount([p[q] for p, q in pairs], minlength=8)
+    np.testing.assert_array_equal(labels, 1000)
+    g = data.tree_graph(3, np.arange(8), np.array(train3[0][0]), train3[0][1], "child_to_parent")
+    np.testing.assert_array_equal(g.x_NF[7:, 1], np.arange(8))  # keys by leaf position
+    assert g.y_N[0] == train3[0][0][train3[0][1]]

@@ -107,3 +107,58 @@ def test_config_errors_name_the_field(arg, field, message):
             config[section][name] = value
         method = methods.make(config)
         method.dataset("train", shard=(0, 1), seed=0)
+
+
+@pytest.mark.parametrize("kind", ["csnn", "gcn"])
+def test_benchmark_tree_messages_flow_to_the_root_only(kind):
+    """On the benchmark's child -> parent edges a leaf hears nothing (its output ignores the
+    root's input) while the root hears every leaf within depth + 1 layers; on undirected edges
+    the leaf does hear the root."""
+    depth = 2
+    outs = {}
+    for edges in ("child_to_parent", "undirected"):
+        task = tasks.make_task("tree", depth=depth, tree_edges=edges, tree_keys="by_position")
+        x_NF = tasks.stack_examples(task, np.random.default_rng(0), 1)["x"]
+        cfg = model.ModelConfig(
+            kind=kind, in_features=task.in_features, out_features=task.out_features,
+            hidden=8, num_layers=depth + 1, layer_norm=True,
+        )  # fmt: skip
+        params = model.init(cfg, jax.random.PRNGKey(1))
+        moved_root = x_NF.copy()
+        moved_root[0, 0] = np.roll(moved_root[0, 0], 1)  # another query at the root
+        moved_leaf = x_NF.copy()
+        moved_leaf[0, -1] = np.roll(moved_leaf[0, -1], 1)  # another label at the last leaf
+        outs[edges] = [
+            np.asarray(tasks.forward(cfg, params, task, jnp.asarray(x))[0])
+            for x in (x_NF, moved_root, moved_leaf)
+        ]
+    base, root, leaf = outs["child_to_parent"]
+    first_leaf = 2**depth - 1
+    np.testing.assert_array_equal(base[first_leaf:], root[first_leaf:])  # leaves hear nothing
+    assert np.abs(base[0] - leaf[0]).max() > 1e-4  # the root hears the last leaf
+    base_u, root_u, _ = outs["undirected"]
+    assert np.abs(base_u[first_leaf] - root_u[first_leaf]).max() > 1e-4
+
+
+def _plateau_scales(errors_by_window, patience, every=2):
+    config = csnn_config.get_config("task=tree,protocol=benchmark,size=smoke")
+    config.optim.plateau_every, config.optim.plateau_patience = every, patience
+    tx = methods.csnn.plateau_tx(config)
+    params = {"w": jnp.zeros(())}
+    state, scales = tx.init(params), []
+    for error in errors_by_window:
+        for _ in range(every):
+            updates, state = tx.update({"w": jnp.ones(())}, state, params, value=error)
+        scales.append(float(state[-1].scale))
+    return scales
+
+
+def test_plateau_halves_after_patience_windows_as_torch():
+    """torch's ReduceLROnPlateau (patience p, mode max, threshold 1e-4 abs) halves the rate at
+    the (p + 1)-th window in a row without improvement; a gain of no more than 1e-4 is none."""
+    scales = _plateau_scales([0.5] * 5, patience=3)  # windows 2-5 do not improve on window 1
+    assert scales == [1.0, 1.0, 1.0, 1.0, 0.5]
+    # 5e-5 below the best, so below the threshold (float32 resolves it: 6e-8 at 0.5).
+    assert _plateau_scales([0.5] + [0.49995] * 4, patience=3)[-1] == 0.5
+    improving = [0.5 - 0.001 * k for k in range(5)]
+    assert _plateau_scales(improving, patience=3)[-1] == 1.0
