@@ -135,6 +135,26 @@ def test_claims_rederive_from_the_saved_record_and_can_fail(fake, tmp_path, monk
     assert "nab - rff" in experiment.table(record)
 
 
+def test_the_full_setting_derives_every_claim_on_fake_fits(fake, tmp_path, monkeypatch):
+    """FULL end to end with the fake (an hour's run must not fail at its last step): 88 fits,
+    the chosen points inside their grids, and the six claims, each on 5 objects."""
+    monkeypatch.setattr(experiment, "QUICK", experiment.FULL)
+    record, images = experiment.measure(str(tmp_path), quick=True)
+    assert len(fake.fitted) == 88 and {"fbp", "sart", "rff", "nab"} <= set(images)
+    assert record["chosen"]["nab"]["point"]["steepness"] == 2.0
+    claims = experiment.claims_from_results(record)
+    assert [c.metric for c in claims] == [
+        "industrial/12v psnr: nab - rff",
+        "industrial/16v psnr: nab - rff",
+        "industrial/16v ssim: nab - rff",
+        "16v psnr gain: industrial - curved",
+        "industrial/16v psnr: (nab + rff) / 2 - frozen centres",
+        "industrial/16v psnr: (nab + rff) / 2 - frozen sizes",
+    ]
+    assert {c.n for c in claims} == {5}
+    assert "| curved | 4 | 16 |" in experiment.table(record)
+
+
 def test_heldout_views_lie_between_the_training_views_with_their_own_noise():
     """The held-out angles are the training angles plus half a step; their noise is another
     draw, uncorrelated with the training views'; a blurred image scores lower than the truth.
