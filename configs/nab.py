@@ -63,7 +63,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
             steepness=(1.5, 3.0),  # NAB: k * pixel of the bins, assigned in turn
             anneal=(1.0, 0.0),  # NAB: k x factor from [0] up to 1 by fraction [1] of training
             theta_init="uniform",  # NAB: initial rotations, uniform | zero (README)
-            rff_sigma=1.0,  # the best of {1, 2, 4, 8} in the experiment (README)
+            mlp_init="torch",  # PyTorch's nn.Linear default | he (model._dense)
+            rff_sigma=1.0,  # the pre-protocol run's choice; the experiment chooses its own
             frozen=(),  # NAB ablations: any of u, v, h, w, theta, k, lam
             impl="auto",
         )

@@ -47,6 +47,7 @@ def model_config(config) -> model.ModelConfig:
             frozen=tuple(m.frozen),
             anneal=tuple(float(a) for a in m.anneal),
             theta_init=m.theta_init,
+            mlp_init=m.mlp_init,
             impl=m.impl,
         )
     except ValueError as e:

@@ -14,17 +14,19 @@ Encodings (`cfg.encoding`), both with `num_features` (M) outputs and the same ML
          lam * box_h(x') * box_w(y') in the bin's rotated frame, each box a difference of two
          tanh. Every bin parameter is trained (unless frozen). Initialisation (the paper does
          not publish one; ours): centres uniform on [-0.85, 0.85]^2, sides uniform on
-         [0.05, 0.5] of the field of view (2 units), theta uniform on [0, pi/2) (with theta
-         = 0, our first plan, a rotated object's walls become staircases of axis-aligned
-         boxes: 27.5 against 31.3 dB at 128^2, 16 views; README), lam = 1, and
+         [0.05, 0.5] of the field of view (2 units), theta uniform on [0, pi/2) or 0
+         (`cfg.theta_init`; with theta = 0 a rotated object's walls become staircases of
+         axis-aligned boxes, README), lam = 1, and
          k = s / pixel with the steepness scales s of `cfg.steepness` assigned in turn (the
-         paper publishes its k sets; README, "Steepness", for theirs and why ours), so a
-         bin's edge spans 1/s pixels (s ~ 1-5: steeper bins from a random start learn worse,
-         and a saturated tanh gives no gradient to a bin's position or size).
+         paper publishes its k sets; README, "Steepness"), so a bin's edge spans 1/s pixels.
+         The rotation init and the scales are chosen on development objects
+         (`methods/nab/experiment.py`); a saturated tanh gives no gradient to a bin's
+         position or size, so very steep bins from a random start learn slowly.
   "rff": random Fourier features [cos 2 pi B c, sin 2 pi B c], B [M/2, 2] ~ N(0, sigma^2),
          fixed (Tancik et al. 2020; the paper's INRf baseline).
-MLP: M -> hidden x depth (ReLU) -> 1, PyTorch's default init (`_dense`); the first layer is fused
-with the NAB encoding (`binned_encoding.op`), so its N x M features need not be materialised.
+MLP: M -> hidden x depth (ReLU) -> 1, PyTorch's default init or He's (`cfg.mlp_init`, `_dense`);
+the first layer is fused with the NAB encoding (`binned_encoding.op`), so its N x M features
+need not be materialised.
 """
 
 import dataclasses
@@ -42,6 +44,7 @@ from core.mesh import data_axes
 ENCODINGS = ("nab", "rff")
 BIN_PARAMS = ("u", "v", "h", "w", "theta", "k", "lam")
 THETA_INITS = ("zero", "uniform")
+MLP_INITS = ("torch", "he")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +58,7 @@ class ModelConfig:
     anneal: tuple[float, float] = (1.0, 0.0)  # NAB: k x a factor rising from [0] to 1 by [1] of
     # training (geometrically): soft bins first (gradient reaches bins far from edges), then sharp
     theta_init: str = "uniform"  # NAB: "uniform" on [0, pi/2) or "zero" (axis-aligned bins)
+    mlp_init: str = "torch"  # PyTorch's nn.Linear default, or "he" (He-normal weights, zero bias)
     rff_sigma: float = 1.0  # RFF: std of B, in cycles per unit (the unit disc's radius)
     frozen: tuple[str, ...] = ()  # NAB ablations: bin parameters kept at their initial values
     impl: str = "auto"  # binned_encoding.op's implementation
@@ -82,6 +86,8 @@ class ModelConfig:
             )
         if self.theta_init not in THETA_INITS:
             raise ValueError(f"ModelConfig.theta_init={self.theta_init!r}; expected {THETA_INITS}")
+        if self.mlp_init not in MLP_INITS:
+            raise ValueError(f"ModelConfig.mlp_init={self.mlp_init!r}; expected {MLP_INITS}")
 
     @property
     def pixel(self) -> float:
@@ -95,12 +101,16 @@ def pixel_coords(size: int) -> np.ndarray:
     return np.stack([x.ravel(), y.ravel()], axis=1).astype(np.float32)
 
 
-def _dense(rng, fan_in: int, fan_out: int) -> dict:
-    """PyTorch's `nn.Linear` initialisation, weights and biases U(-1/sqrt(fan_in), +): the INR
-    papers' (PyTorch) default. It matters: with He-normal weights and zero biases (a larger
-    initial function), NAB's 64 x 64 reconstruction at 16 views reached 24 dB / SSIM 0.43
-    after 1500 steps, with this one 29 dB / 0.97 after 800 (streaks in the background)."""
+def _dense(rng, fan_in: int, fan_out: int, init: str = "torch") -> dict:
+    """One layer's initial weights and biases. "torch": PyTorch's `nn.Linear` default, both
+    U(-1/sqrt(fan_in), +) (the INR papers' PyTorch code). "he": He-normal weights (std
+    sqrt(2 / fan_in)), zero biases, a larger initial function. Which one is chosen on the
+    development objects (methods/nab/experiment.py); at 64 x 64 in a pre-protocol run He gave
+    NAB 24 dB / SSIM 0.43 after 1500 steps and "torch" 29 dB / 0.97 after 800."""
     k_w, k_b = jax.random.split(rng)
+    if init == "he":
+        w = jax.random.normal(k_w, (fan_in, fan_out), jnp.float32) * math.sqrt(2.0 / fan_in)
+        return {"w": w, "b": jnp.zeros((fan_out,), jnp.float32)}
     bound = 1.0 / math.sqrt(fan_in)
     return {
         "w": jax.random.uniform(k_w, (fan_in, fan_out), jnp.float32, -bound, bound),
@@ -134,7 +144,10 @@ def init_params(cfg: ModelConfig, rng) -> tuple[dict, dict]:
     """(trainable params, frozen leaves): RFF's B and the bins named in `cfg.frozen` are frozen."""
     k_enc, *k_layers = jax.random.split(rng, cfg.depth + 2)
     widths = [cfg.num_features] + [cfg.hidden] * cfg.depth + [1]
-    mlp = [_dense(k, a, b) for k, a, b in zip(k_layers, widths[:-1], widths[1:], strict=True)]
+    mlp = [
+        _dense(k, a, b, cfg.mlp_init)
+        for k, a, b in zip(k_layers, widths[:-1], widths[1:], strict=True)
+    ]
     params, frozen = {"mlp": mlp}, {}
     if cfg.encoding == "rff":
         frozen["B"] = cfg.rff_sigma * jax.random.normal(k_enc, (cfg.num_features // 2, 2))

@@ -165,10 +165,12 @@ def measure(
     num_views: int,
     *,
     noise: float = 0.01,
-    seed: int = 0,
+    seed: int | tuple[int, ...] = 0,
     oversample: int = 2,
+    offset: float = 0.0,
 ) -> np.ndarray:
-    """The measured sinogram of `image_NN` at `projector.angles(num_views)`: float32 [n, A].
+    """The measured sinogram of `image_NN` at `projector.angles(num_views)`, every angle plus
+    `offset` degrees (held-out views between the measured ones): float32 [n, A].
 
     Avoiding the inverse crime (data made by the very operator that inverts them, which flatters
     every method): each pixel is taken as a square of constant attenuation, i.e. the image is
@@ -189,7 +191,7 @@ def measure(
     axis = oversample * (n // 2 + 0.5) - 0.5
     clean_DA = projector.radon(
         fine,
-        projector.angles(num_views),
+        projector.angles(num_views, start=offset, stop=180.0 + offset),
         num_detectors=n,
         detector_spacing=float(oversample),
         center=axis,
