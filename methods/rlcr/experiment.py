@@ -15,9 +15,10 @@ and the code it depends on (`core.cache.cached_run`, `runs.SOURCES`); the per-se
 bootstrap interval over the seeds, paired by seed. No hyperparameter is chosen here: both arms
 train with the same fixed settings (`configs/rlcr.py`), none tuned for either (README).
 
-The margins below were fixed and committed before the run `results/full.json` records (the
-previous run's per-seed numbers, `experiment_full.json` in git history, were known then; each
-margin is the one planned before that run, or the paper's, not one fitted to it).
+The margins below were fixed and committed before a rerun was started. The per-seed numbers of
+the previous run (2026-11-30, commit ea7a32f) were known then: each margin is the one planned
+before that run, or the paper's, not one fitted to it. That rerun could not finish on the shared
+CPUs; `results/full.json` holds the previous run's measurements, regrouped into rows (README).
 """
 
 import dataclasses
