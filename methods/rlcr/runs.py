@@ -31,10 +31,10 @@ def code_hash() -> str:
     return results.source_hash(SOURCES)
 
 
-def train_policy(config, workdir: str, *, keep_step: int | None = None):
-    """Train through `core.train` (warm start, then GRPO): (the final params, a copy of the
-    params after step `keep_step`, or None when not asked for or not passed, e.g. when the run
-    resumed from a later checkpoint)."""
+def train_policy(config, workdir: str, *, keep_step: int | None = None, devices=None):
+    """Train through `core.train` (warm start, then GRPO) on `devices` (default: all): (the
+    final params, a copy of the params after step `keep_step`, or None when not asked for or
+    not passed, e.g. when the run resumed from a later checkpoint)."""
     method, kept = rlcr.make(config), {}
     if keep_step is not None:
 
@@ -45,7 +45,7 @@ def train_policy(config, workdir: str, *, keep_step: int | None = None):
                 kept["params"] = jax.tree.map(jnp.copy, state.params)
 
         method = method._replace(hook=hook)
-    return train.run(config, method, workdir).state.params, kept.get("params")
+    return train.run(config, method, workdir, devices=devices).state.params, kept.get("params")
 
 
 def reliability_lists(q_N, correct_N) -> dict[str, list]:
@@ -108,15 +108,15 @@ def measure(config, params) -> dict:
     return result
 
 
-def train_and_evaluate(config, run_dir: str) -> dict:
+def train_and_evaluate(config, run_dir: str, devices=None) -> dict:
     """One arm on one seed: the final policy's measurements, and the warm start's (the params
     after `warm_start.steps`, read from this run) when `config.measure.start` asks."""
     keep = config.warm_start.steps if config.measure.start else None
-    params, start = train_policy(config, run_dir, keep_step=keep)
+    params, start = train_policy(config, run_dir, keep_step=keep, devices=devices)
     if keep is not None and start is None:  # resumed past the warm start: train it alone
         alone = config.copy_and_resolve_references()
         alone.train.steps = alone.warm_start.steps
-        start, _ = train_policy(alone, run_dir + "-start")
+        start, _ = train_policy(alone, run_dir + "-start", devices=devices)
     return {
         "final": measure(config, params),
         "start": None if start is None else measure(config, start),
