@@ -13,18 +13,23 @@ shared synthetic generators (`core.tasks`: prefix parity, MQAR).
 """
 
 import functools
+import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core import data, tasks
+from core import data, tasks, train
 from core.errors import ConfigError
 from core.method import Method
+from core.metrics import NonFiniteLossError
 from core.precision import compute_dtype
 from methods.selective_rope import model
 
-EVAL_SEED_OFFSET = 1_000_003  # held-out examples come from a seed stream training never uses
+# Held-out examples come from seed streams training never uses: one to choose hyperparameters
+# on, one to report (a training seed s draws from s; the splits from s + offset).
+SPLIT_SEED_OFFSETS = {"test": 1_000_003, "validation": 2_000_003}
+EVAL_SEED_OFFSET = SPLIT_SEED_OFFSETS["test"]
 EVAL_TOKENS_PER_BATCH = 32_768  # eval batch = this // length (softmax scores are B*H*T*T)
 
 
@@ -97,8 +102,9 @@ def _correct(cfg, params, inputs_BT, targets_BT):
     return jnp.argmax(logits_BTC, -1) == targets_BT
 
 
-def accuracy(cfg, params, task, *, num_examples: int, seed: int) -> dict:
-    """Teacher-forced accuracy on held-out examples of `task` (possibly longer than training):
+def accuracy(cfg, params, task, *, num_examples: int, seed: int, split: str = "test") -> dict:
+    """Teacher-forced accuracy on held-out examples of `task` (possibly longer than training),
+    drawn from `split`'s stream ("test" or "validation", disjoint seeds):
 
     accuracy      over all masked positions;
     last_half     over masked positions t >= T/2 (T = the task's padded length);
@@ -107,13 +113,17 @@ def accuracy(cfg, params, task, *, num_examples: int, seed: int) -> dict:
     final         at each sequence's last masked position (parity: of the whole sequence);
     exact_match   every masked position right.
     """
+    if split not in SPLIT_SEED_OFFSETS:
+        raise ConfigError(f"split={split!r}; expected one of: {', '.join(SPLIT_SEED_OFFSETS)}")
     T = task.seq_len
     batch_size = max(1, EVAL_TOKENS_PER_BATCH // T)
     t = np.arange(T)[None]
     sums = dict.fromkeys(("hit", "n", "hit_half", "n_half", "hit_q", "n_q", "final", "exact"), 0.0)
     for start in range(0, num_examples, batch_size):
         n = min(batch_size, num_examples - start)
-        rngs = [np.random.default_rng([seed + EVAL_SEED_OFFSET, start + j]) for j in range(n)]
+        rngs = [
+            np.random.default_rng([seed + SPLIT_SEED_OFFSETS[split], start + j]) for j in range(n)
+        ]
         batch = data.stack([task.example(r) for r in rngs])
         correct = np.asarray(_correct(cfg, params, batch["inputs"], batch["targets"]))
         mask = batch["mask"] > 0
@@ -136,17 +146,19 @@ def accuracy(cfg, params, task, *, num_examples: int, seed: int) -> dict:
     }
 
 
-def evaluate_lengths(cfg, params, config, *, seed: int) -> dict:
-    """Parity: `accuracy` at the training length and at each of `config.eval.lengths`, keyed
-    "len{T}/{metric}". Other tasks: `accuracy` on the training task, keyed "{metric}"."""
+def evaluate_lengths(cfg, params, config, *, seed: int, split: str = "test", lengths=None) -> dict:
+    """Parity: `accuracy` at the training length and at each of `config.eval.lengths` (or at
+    `lengths`), keyed "len{T}/{metric}". Other tasks: `accuracy` on the training task, keyed
+    "{metric}"."""
     n = config.eval.num_examples
     if config.task.name != "parity":
-        return accuracy(cfg, params, make_task(config), num_examples=n, seed=seed)
-    lengths = sorted({config.task.length, *config.eval.lengths})
+        return accuracy(cfg, params, make_task(config), num_examples=n, seed=seed, split=split)
+    if lengths is None:
+        lengths = sorted({config.task.length, *config.eval.lengths})
     out = {}
     for length in lengths:
         task = make_task(config, length=length, min_length=None)
-        for k, v in accuracy(cfg, params, task, num_examples=n, seed=seed).items():
+        for k, v in accuracy(cfg, params, task, num_examples=n, seed=seed, split=split).items():
             out[f"len{length}/{k}"] = v
     return out
 
@@ -189,3 +201,28 @@ def make(config) -> Method:
         evaluate=evaluate,
         sharding_rules=model.SHARDING_RULES,
     )
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+    """One run of the experiment (one CPU device): train, then {"validation": accuracy at the
+    training length on the validation stream, "test": `evaluate_lengths` on the test stream,
+    "flip_error" (parity, selective), "diverged", "seconds"}. A diverged run scores chance (0.5)
+    everywhere: it is kept in the grid, not dropped."""
+    start = time.perf_counter()
+    cfg = model_config(config)
+    try:
+        result = train.run(config, make(config), workdir, devices=jax.devices()[:1])
+    except NonFiniteLossError as e:
+        print(f"   diverged: {e}", flush=True)
+        return {"diverged": 1.0, "seconds": time.perf_counter() - start}
+    params = result.state.params
+    out = {
+        "validation": evaluate_lengths(
+            cfg, params, config, seed=config.seed, split="validation", lengths=[config.task.length]
+        ),
+        "test": evaluate_lengths(cfg, params, config, seed=config.seed),
+        "diverged": 0.0,
+    }
+    if config.task.name == "parity" and cfg.position == "selective":
+        out.update(parity_flip(cfg, params))
+    return {**out, "seconds": time.perf_counter() - start}
