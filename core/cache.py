@@ -48,10 +48,11 @@ def cached(compute: Callable[[], Any], *, config: Any, code: str, root: str) -> 
         # A hash collision (or a hand-edited file) must not pass for this run's result.
         if entry["config"] == text and entry["code"] == code:
             return entry["value"]
-    value = compute()
+    with preemption.raising():  # a run preempted inside compute() raises at once
+        value = compute()
     if preemption.happened():
-        # A run inside compute() stopped early on SIGTERM: its numbers are not the run's. Stop
-        # the experiment here; a rerun resumes the run from its checkpoint and stores it then.
+        # A run inside compute() stopped early on SIGTERM and compute() swallowed its Preempted:
+        # its numbers are still not the run's. A rerun resumes the run and stores it then.
         raise preemption.Preempted("preempted: checkpoint saved; rerun to continue")
     os.makedirs(root, exist_ok=True)
     entry = {"config": text, "code": code, "value": value}

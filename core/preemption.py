@@ -5,11 +5,14 @@ processes: JAX's distributed runtime owns the notice (its preemption service cat
 and agrees with every process on one step to stop at), read through
 `multihost_utils.reached_preemption_sync_point`, so all processes save the same step.
 
-A preempted run returns early (`RunResult.preempted`) and marks the process (`mark`): an
-experiment that caches runs (`core.cache.cached`) then raises `Preempted` instead of storing the
-cut-short run as finished, and a rerun resumes that run from its checkpoint.
+A preempted run returns early (`RunResult.preempted`) and marks the process (`mark`). Inside a
+cached computation (`core.cache.cached`, which enters `raising()`) it raises `Preempted` instead,
+once its checkpoint is saved: the caller's code after the run (reading its last evaluation,
+evaluating more lengths) never sees a cut-short run, and nothing is stored as finished. A rerun
+resumes that run from its checkpoint.
 """
 
+import contextlib
 import signal
 import threading
 
@@ -31,6 +34,26 @@ def mark() -> None:
 def happened() -> bool:
     """Whether a run in this process was preempted."""
     return _PREEMPTED.is_set()
+
+
+_raising = threading.local()
+
+
+@contextlib.contextmanager
+def raising():
+    """Within this block a preempted run raises `Preempted` rather than returning early."""
+    depth = getattr(_raising, "depth", 0)
+    _raising.depth = depth + 1
+    try:
+        yield
+    finally:
+        _raising.depth = depth
+
+
+def raise_if_raising() -> None:
+    """Called by a run that was preempted, after its checkpoint is saved."""
+    if getattr(_raising, "depth", 0):
+        raise Preempted("preempted: checkpoint saved; rerun to continue")
 
 
 class PreemptionWatcher:

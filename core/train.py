@@ -370,7 +370,8 @@ def run(
     """Train `method` for `config.train.steps`, resuming from `workdir` if it holds a checkpoint.
 
     SIGTERM (preemption) saves a checkpoint at the current step and returns early with
-    `preempted=True`; the same call later continues from there. A method that trains nothing
+    `preempted=True` (inside `core.cache.cached` it raises `core.preemption.Preempted`
+    instead); the same call later continues from there. A method that trains nothing
     (no loss, no step) is evaluated once (`evaluate_only`).
     """
     workdir = storage.prepare_workdir(workdir)
@@ -434,6 +435,8 @@ def run(
         watcher.close()
         logger.close()
         ckpt.close()
+    if preempted:
+        preemption.raise_if_raising()  # inside core.cache.cached: after the checkpoint closed
     return RunResult(state=state, history=logger.history, preempted=preempted)
 
 

@@ -293,6 +293,9 @@ def test_a_preempted_run_is_not_cached_as_finished_and_the_rerun_resumes_it(tmp_
 
     def train_once(method):
         result = train.run(config, method, tmp_path / "run")
+        # What an experiment does next (read the last evaluation, evaluate more): inside the
+        # cache a preempted run raises before this line, so no post-processing sees it.
+        assert not result.preempted, "the caller's code ran on a cut-short run"
         return {"steps": int(result.state.step)}
 
     root = str(tmp_path / "cache")
