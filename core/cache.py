@@ -11,7 +11,11 @@ means an edited hyperparameter or an edited model can never return a stale numbe
 processes can share out a grid: each finished run is a file the others read.
 
 `code` is normally `core.results.code_version(slug)["source_hash"]`: a hash of core's and the
-method's sources. A run stays cached across commits that change neither.
+method's sources. A run stays cached across commits that change neither. The key also hashes
+the runtime (`environment()`: jax version, platform, device kind and count): the same run on
+another backend, or on XLA:CPU split into another number of devices, sums in another order and
+gives other numbers (selective_rope's accuracies moved by up to .03 between a plain process and
+the test suite's 8 CPU devices), so it is another entry, never a stale one.
 """
 
 import hashlib
@@ -34,19 +38,28 @@ def canonical(config: Any) -> str:
         raise ConfigError(f"cache key: the config is not JSON-serialisable ({e})") from None
 
 
+def environment() -> str:
+    """The runtime a run's numbers depend on beyond its config and code."""
+    import jax
+
+    device = jax.devices()[0]
+    return f"jax {jax.__version__} {device.platform} {device.device_kind} x{jax.device_count()}"
+
+
 def key(config: Any, code: str) -> str:
-    return hashlib.sha256(f"{canonical(config)}\0{code}".encode()).hexdigest()[:20]
+    text = f"{canonical(config)}\0{code}\0{environment()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
 def cached(compute: Callable[[], Any], *, config: Any, code: str, root: str) -> Any:
     """`compute()`'s value for (config, code), read from `root` if an earlier call stored it."""
-    text = canonical(config)
+    text, env = canonical(config), environment()
     path = os.path.join(root, f"{key(config, code)}.json")
     if os.path.exists(path):
         with open(path) as f:
             entry = json.load(f)
         # A hash collision (or a hand-edited file) must not pass for this run's result.
-        if entry["config"] == text and entry["code"] == code:
+        if (entry["config"], entry["code"], entry.get("environment")) == (text, code, env):
             return entry["value"]
     with preemption.raising():  # a run preempted inside compute() raises at once
         value = compute()
@@ -55,7 +68,7 @@ def cached(compute: Callable[[], Any], *, config: Any, code: str, root: str) -> 
         # its numbers are still not the run's. A rerun resumes the run and stores it then.
         raise preemption.Preempted("preempted: checkpoint saved; rerun to continue")
     os.makedirs(root, exist_ok=True)
-    entry = {"config": text, "code": code, "value": value}
+    entry = {"config": text, "code": code, "environment": env, "value": value}
     tmp = f"{path}.{os.getpid()}.tmp"  # one per process: two may finish the same run
     with open(tmp, "w") as f:
         json.dump(entry, f, allow_nan=True)

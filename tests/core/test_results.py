@@ -75,6 +75,18 @@ def test_cache_reuses_a_run_only_for_the_same_config_and_code(tmp_path):
     assert not [f for f in os.listdir(root) if f.endswith(".tmp")]
 
 
+def test_cache_recomputes_on_another_runtime(tmp_path, monkeypatch):
+    config, root = {"seed": 0}, str(tmp_path)
+    assert cache.cached(lambda: 1, config=config, code="c", root=root) == 1
+    assert cache.cached(lambda: 2, config=config, code="c", root=root) == 1
+    # The same config and code on another device count sums in another order: not a hit.
+    here = cache.environment()
+    other = here.rsplit(" x", 1)[0] + " x3"
+    monkeypatch.setattr(cache, "environment", lambda: other)
+    assert cache.cached(lambda: 3, config=config, code="c", root=root) == 3
+    assert {e["environment"] for e in cache.entries(root)} == {here, other}
+
+
 def test_cached_run_trains_in_a_run_dir_of_its_key_once(tmp_path):
     config = ConfigDict({"train": {"steps": 3}, "lr": 0.1})
     dirs = []
