@@ -163,6 +163,20 @@ class Report:
     # ("full", "full_code", ...: the experiment's RESULT_RUNS).
     results: dict | list[dict] | None = None
 
+    @classmethod
+    def on_protocol(cls, *, method, claims, results, quick=False, command=None, **fields):
+        """An experiment-protocol report: each claim's interval is a metric, and the command
+        reruns the experiment (`launch.reproduce`, `--quick` for a quick run) unless given."""
+        quick_flag = " --quick" if quick else ""
+        return cls(
+            method=method,
+            claims=claims,
+            metrics={c.metric: c.interval.to_dict() for c in claims},
+            command=command or f"python -m launch.reproduce --methods={method}{quick_flag}",
+            results=results,
+            **fields,
+        )
+
     @property
     def all_hold(self) -> bool:
         return all(c.holds for c in self.claims)

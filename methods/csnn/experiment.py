@@ -505,11 +505,10 @@ def run(workdir: str, quick: bool = False) -> Report:
     plot(record, figure)
     notes = table(record)
     print(notes, flush=True)
-    return Report(
+    return Report.on_protocol(
         method="csnn",
         claims=claims,
-        metrics={c.metric: c.interval.to_dict() for c in claims},
-        command="python -m launch.reproduce --methods=csnn" + (" --quick" if quick else ""),
+        quick=quick,
         notes=notes,
         figures=[figure],
         results=record,

@@ -340,12 +340,11 @@ def run(workdir: str, *, quick: bool = False) -> Report:
     notes = table(record)
     print(notes, flush=True)  # launch.reproduce prints the claims; these are the numbers
     claims = claims_from_results(record)
-    return Report(
+    return Report.on_protocol(
         method="deql",
         claims=claims,
-        metrics={c.metric: c.interval.to_dict() for c in claims},
         figures=[figure],
-        command="python -m launch.reproduce --methods=deql" + (" --quick" if quick else ""),
+        quick=quick,
         notes=notes,
         results=record,
     )

@@ -298,12 +298,11 @@ def run(workdir: str, *, quick: bool = False, runs=None) -> Report:
     names = ("quick",) if quick else (runs or ("full_rope", "full"))
     records = [measure(workdir, quick=quick, run=name) for name in names]
     claims = [c for r in records for c in claims_from_results(r)]
-    return Report(
+    return Report.on_protocol(
         method="dupa",
         figures=[f for r in records for f in plot(r, workdir)],
         claims=claims,
-        metrics={c.metric: c.interval.to_dict() for c in claims},
-        command="python -m launch.reproduce --methods=dupa" + (" --quick" if quick else ""),
+        quick=quick,
         results=records if len(records) > 1 else records[0],
     )
 

@@ -419,11 +419,10 @@ def claims_code(record: dict) -> list[IntervalClaim]:
 def run(workdir: str, *, quick: bool = False) -> Report:
     record = measure(workdir, quick=quick)
     claims = claims_code(record)
-    return Report(
+    return Report.on_protocol(
         method="flow_mtp",
         figures=[],
         claims=claims,
-        metrics={c.metric: c.interval.to_dict() for c in claims},
         command="python -m methods.flow_mtp.code_experiment" + (" --quick" if quick else ""),
         results=record,
     )

@@ -228,11 +228,10 @@ def run(workdir: str, *, quick: bool = False) -> Report:
             records.append(report.results)
             claims += report.claims
             figures += report.figures
-    return Report(
+    return Report.on_protocol(
         method="flow_mtp",
         figures=figures,
         claims=claims,
-        metrics={c.metric: c.interval.to_dict() for c in claims},
-        command="python -m launch.reproduce --methods=flow_mtp" + (" --quick" if quick else ""),
+        quick=quick,
         results=records if len(records) > 1 else record,
     )

@@ -225,10 +225,9 @@ def claims_cptp(record: dict) -> list[IntervalClaim]:
 def run(workdir: str, *, quick: bool = False) -> Report:
     record = measure(workdir, quick=quick)
     claims = claims_cptp(record)
-    return Report(
+    return Report.on_protocol(
         method="flow_mtp",
         claims=claims,
-        metrics={c.metric: c.interval.to_dict() for c in claims},
         command="python -m methods.flow_mtp.experiment_cptp" + (" --quick" if quick else ""),
         results=record,
     )

@@ -198,11 +198,10 @@ def run(workdir: str, *, quick: bool = False) -> Report:
     claims = claims_from_results(record)
     figure = os.path.join(workdir, "lm_loss_curves.png")
     plot_losses(record["loss_curves"], figure)
-    return Report(
+    return Report.on_protocol(
         method="lm",
         figures=[figure],
         claims=claims,
-        metrics={c.metric: c.interval.to_dict() for c in claims},
-        command="python -m launch.reproduce --methods=lm" + (" --quick" if quick else ""),
+        quick=quick,
         results=record,
     )

@@ -66,3 +66,12 @@ def test_both_kinds_render_and_round_trip_through_json():
     # mean [low, high], n, and the bound that is compared with its threshold
     assert f"| {new.interval} | 3 | high < 0.6 | yes |" in row
     assert str(new.interval).startswith("0.5 [0.48")
+
+
+def test_a_protocol_report_lists_each_claims_interval_and_its_rerun_command():
+    claim = IntervalClaim.at_least("x high", "x", {0: 0.9, 1: 0.95, 2: 0.97}, 0.5)
+    full = Report.on_protocol(method="m", claims=[claim], results={"run": "full"})
+    quick = Report.on_protocol(method="m", claims=[claim], results=None, quick=True, notes="n")
+    assert full.metrics == {"x": claim.interval.to_dict()} and full.results == {"run": "full"}
+    assert full.command == "python -m launch.reproduce --methods=m"
+    assert quick.command == "python -m launch.reproduce --methods=m --quick" and quick.notes == "n"
