@@ -4,12 +4,13 @@
     python -m launch.train --config=configs/tpc.py:mode=joint --workdir=/tmp/tpc-joint
 
 Options: mesh (a preset in configs/common.py), size (smoke | small | paper), dataset (digits |
-prompts | planted), mode (progressive | joint), freeze_earlier (true: the paper | false: the
-released code, whose earlier orders stay trainable). One run trains the whole schedule:
+prompts | planted), mode (progressive | joint | joint_all), freeze_earlier (true: the paper |
+false: the released code, whose earlier orders stay trainable). One run trains the whole schedule:
 `train.steps` is split into N - 1 equal stages in progressive mode, stage s training order
 s + 2 with a fresh optimiser (methods/tpc/train.py), evaluated at the end of each stage. In
 joint mode ("max") it is one stage of `steps_per_order` steps at order N, as the released code
-(whose epoch count is per order and multiplied by N - 1 only in progressive mode). Any field
+(whose epoch count is per order and multiplied by N - 1 only in progressive mode); joint_all is
+the same stage on the mean loss over every truncation (its "train_all"). Any field
 can be overridden, e.g. --config.model.rank=32 --config.model.dropout=0.2.
 """
 
@@ -18,7 +19,7 @@ from ml_collections import ConfigDict
 from configs.common import base_config, choose, parse_arg
 
 DATASETS = ("digits", "prompts", "planted")
-MODES = ("progressive", "joint")
+MODES = ("progressive", "joint", "joint_all")
 BOOLS = {"true": True, "false": False}
 
 SIZES = {

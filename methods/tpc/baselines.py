@@ -14,6 +14,9 @@
   so that the cumulative parameters up to exit n (blocks and every exit before, all paid for on
   the way) track TPC's at order n: each block is off by less than one hidden unit's cost. It is
   trained on the mean BCE over all exits (the released code's "train_all").
+Dropout (`config.model.dropout`, the released code's `d_prob`) is torch's `nn.Dropout` after each
+hidden ReLU of the MLP and the EE-MLP's blocks: inverted (kept units scaled by 1 / (1 - p)),
+training only. The bilinear probe has none (the released code sweeps it with p = 0 only).
 Weights use torch's `nn.Linear` default (uniform +-1/sqrt(fan_in), biases too); U and lam as TPC.
 Every model returns logits [B, E] (E exits; 1 but for the EE-MLP); the loss is their mean BCE.
 """
@@ -92,27 +95,36 @@ def init(kind: str, D: int, rng, *, rank: int = 16, hidden=64) -> dict:
     raise ConfigError(f"baseline kind={kind!r} is unknown; expected one of: {KINDS}")
 
 
-def apply(kind: str, params: dict, x_BD, *, impl: str = "auto") -> jax.Array:
-    """logits [B, E]."""
+def _dropout(h, p: float, rng):
+    if rng is None or p == 0:
+        return h
+    return jnp.where(jax.random.bernoulli(rng, 1.0 - p, h.shape), h / (1.0 - p), 0.0)
+
+
+def apply(kind: str, params: dict, x_BD, *, impl: str = "auto", dropout=0.0, rng=None):
+    """logits [B, E]; with `rng` (training) hidden units are dropped with probability
+    `dropout`."""
     if kind == "bilinear":
         zero_D = jnp.zeros(x_BD.shape[1], jnp.float32)
         Y = poly_probe.op(x_BD, params["b"], zero_D, params["U"], params["lam"], impl=impl)
         return Y[:, 1:]  # b + the order-2 term (column 0 is b alone)
     if kind == "mlp":
         h = jax.nn.relu(x_BD @ params["hidden"]["w"] + params["hidden"]["b"])
+        h = _dropout(h, dropout, rng)
         return h @ params["out"]["w"] + params["out"]["b"]
     outs, h = [], x_BD
     for j, exit_ in enumerate(params["exits"]):
         if j:
             block = params["blocks"][j - 1]
             h = jax.nn.relu(h @ block["w"] + block["b"])
+            h = _dropout(h, dropout, None if rng is None else jax.random.fold_in(rng, j))
         outs.append(h @ exit_["w"] + exit_["b"])
     return jnp.concatenate(outs, axis=1)
 
 
-def loss_fn(kind, impl, params, batch, *, rng, extra):
-    del rng, extra
-    logit_BE = apply(kind, params, batch["x"], impl=impl)
+def loss_fn(kind, impl, dropout, params, batch, *, rng, extra):
+    del extra
+    logit_BE = apply(kind, params, batch["x"], impl=impl, dropout=dropout, rng=rng)
     y_B1 = batch["y"].astype(jnp.float32)[:, None]
     loss = jnp.mean(optax.sigmoid_binary_cross_entropy(logit_BE, y_B1))  # mean over exits too
     return loss, {"acc": jnp.mean((logit_BE[:, -1] > 0) == (y_B1[:, 0] > 0.5))}
@@ -151,7 +163,7 @@ def make(config, kind: str, splits, *, hidden=None) -> Method:
             **{f"test_f1_e{e + 1}": v for e, v in enumerate(test)},
         }
 
-    loss = functools.partial(loss_fn, kind, impl)
+    loss = functools.partial(loss_fn, kind, impl, float(config.model.dropout))
     return Method(init=init_fn, loss=loss, dataset=dataset, evaluate=evaluate)
 
 

@@ -421,6 +421,16 @@ def cache_folder(option=None) -> Path:
     return Path(option or os.environ.get("TPC_CACHE") or DEFAULT_CACHE).expanduser()
 
 
+def encode_prompt_layers(seed: int, layers, cache_dir=None, batch_size=64) -> None:
+    """Fill the activation cache of `load("prompts", seed=seed, layer=l)` for every l in
+    `layers` in one encoder pass (a layer scan)."""
+    from methods.tpc import minilm
+
+    paths = [cache_folder(cache_dir) / f"prompts_l{layer}_s{seed}.npy" for layer in layers]
+    texts = prompt_texts(seed).texts
+    minilm.activations_layers(texts, layers, batch_size=batch_size, cache_paths=paths)
+
+
 def _load_prompts(seed: int, layer=4, cache_dir=None, batch_size=64, limit=None) -> Splits:
     from methods.tpc import minilm  # imports JAX and the model code only when needed
 

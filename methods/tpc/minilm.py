@@ -254,19 +254,53 @@ def _check_int(name: str, value, lo: int, hi: int | None) -> None:
         raise ConfigError(f"activations: {name}={value!r}; expected {expected}")
 
 
-def _compute(texts: list[str], layer: int, batch_size: int, model: MiniLM) -> np.ndarray:
+@functools.partial(jax.jit, static_argnames=("cfg", "layers"))
+def _pooled_layers(params, ids_BT, mask_BT, types_BT, *, cfg, layers):
+    hidden = encode(params, ids_BT, mask_BT, types_BT, cfg=cfg)
+    return jnp.stack([mean_pool(hidden[layer], mask_BT) for layer in layers])
+
+
+def activations_layers(
+    texts, layers, *, batch_size: int, cache_paths, model: MiniLM | None = None
+) -> list[np.ndarray]:
+    """`activations(texts, layer, cache_path=path)` for every (layer, path) pair, the missing
+    ones from one pass of the encoder (a layer scan pays for the deepest layer once, not for
+    every layer's prefix again)."""
+    model = model or load()
+    texts, layers, paths = list(texts), tuple(layers), [Path(p) for p in cache_paths]
+    if len(paths) != len(layers):
+        raise ConfigError(f"activations_layers: {len(layers)} layers, {len(paths)} cache paths")
+    for layer in layers:
+        _check_int("layer", layer, 0, model.cfg.num_layers)
+    keys = [cache_key(texts, layer, model) for layer in layers]
+    shape = (len(texts), model.cfg.hidden)
+    out = [_read_cache(p, k, shape) for p, k in zip(paths, keys, strict=True)]
+    missing = tuple(i for i, x in enumerate(out) if x is None)
+    if missing:
+        computed = _compute(texts, tuple(layers[i] for i in missing), batch_size, model)
+        for i, x_ND in zip(missing, computed, strict=True):
+            _write_cache(paths[i], keys[i], x_ND, layers[i], model)
+            out[i] = x_ND
+    return out
+
+
+def _compute(texts: list[str], layer, batch_size: int, model: MiniLM) -> np.ndarray:
+    """[N, D] for one layer, [L, N, D] for a tuple of L layers (one pass)."""
     lengths = [len(e.ids) for e in model.tokenizer.encode_batch(texts)] or [1]
     T = min(-(-max(lengths) // 16) * 16, model.cfg.max_positions)
-    out = np.zeros((len(texts), model.cfg.hidden), np.float32)
+    layers = layer if isinstance(layer, tuple) else (layer,)
+    out = np.zeros((len(layers), len(texts), model.cfg.hidden), np.float32)
     for start in range(0, len(texts), batch_size):
         chunk = texts[start : start + batch_size]
         batch = tokenize(model.tokenizer, chunk + [""] * (batch_size - len(chunk)), pad_to=T)
         batch["mask"][len(chunk) :] = 0  # filler rows: "" still tokenises to [CLS] [SEP]
-        x_BD = _pooled(
-            model.params, batch["ids"], batch["mask"], batch["types"], cfg=model.cfg, layer=layer
-        )
-        out[start : start + len(chunk)] = np.asarray(x_BD)[: len(chunk)]
-    return out
+        args = (model.params, batch["ids"], batch["mask"], batch["types"])
+        if isinstance(layer, tuple):
+            x_LBD = _pooled_layers(*args, cfg=model.cfg, layers=layers)
+        else:
+            x_LBD = _pooled(*args, cfg=model.cfg, layer=layer)[None]
+        out[:, start : start + len(chunk)] = np.asarray(x_LBD)[:, : len(chunk)]
+    return out if isinstance(layer, tuple) else out[0]
 
 
 def cache_key(texts: list[str], layer: int, model: MiniLM) -> str:

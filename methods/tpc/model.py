@@ -4,6 +4,7 @@
     Y_BN = logits(params, x_BD)            # column j = P_{:j+1}(x), all truncations at once
     T_BN = terms(Y_BN)                     # column j = the order-(j+1) term alone
     logit_B = train_logit(T_BN, order, dropout_p, rng)   # the training logit at `order`
+    Y_BN = train_logits_all(T_BN, dropout_p, rng)        # every truncation, one dropout draw
     P_N = param_counts(D, N, R)            # cumulative parameters of each truncation
 
 The order-N polynomial on activations x (symmetric CP, paper eq. 3):
@@ -85,6 +86,19 @@ def train_logit(terms_BN, order, dropout_p: float, rng) -> jax.Array:
     else:
         weight_BN = jnp.broadcast_to(older_N | newest_N, terms_BN.shape)
     return jnp.sum(jnp.where(weight_BN, terms_BN, 0.0), axis=1)
+
+
+def train_logits_all(terms_BN, dropout_p: float, rng) -> jax.Array:
+    """Y_BN: every truncation's training logit from one term-dropout draw at order N, as the
+    released code's `train_all` mode computes them (the forward at the top order, whose masks
+    drop each term below N, then the cumulative sums): column j = P_{:j+1} with the same
+    dropped terms for every truncation that contains them."""
+    N = terms_BN.shape[1]
+    j_N = jnp.arange(N)
+    if dropout_p > 0:
+        keep_BN = jax.random.bernoulli(rng, 1.0 - dropout_p, terms_BN.shape)
+        terms_BN = jnp.where(keep_BN | (j_N == N - 1), terms_BN, 0.0)
+    return jnp.cumsum(terms_BN, axis=1)
 
 
 def param_counts(D: int, N: int, R: int) -> np.ndarray:

@@ -3,6 +3,7 @@
     fit = fit_progressive(config, splits, workdir)          # the paper's method
     fit = fit_progressive(config, splits, workdir, freeze_earlier=False)   # the released code
     fit = fit_joint(config, splits, workdir)                # "max": all orders at once at order N
+    fit = fit_joint(config, splits, workdir, every_truncation=True)  # "train_all": mean loss
     fit.params   # {"w0", "w1", "U", "lam"} numpy;  fit.stages: [(step, order, val F1)]
 
 One `core.train.run` trains every stage (`make_method`): `config.train.steps` is split into
@@ -15,6 +16,10 @@ from `state.step`. Per stage:
   and updates after the optimiser (AdamW's weight decay would move them), so frozen blocks stay
   bit-identical. Blocks above n are outside this truncation's loss and masked too, as the
   released code's AdamW skips parameters without gradients.
+- joint modes train every block in one stage at order N: "joint" (the released code's "max")
+  on the order-N truncation's loss alone, "joint_all" (its "train_all", which it uses for the
+  EE-MLP) on the mean loss over every truncation, so the intermediate truncations are trained
+  too (`model.train_logits_all`).
 - a fresh optimiser: the state is re-initialised at the stage's first step (the switch's
   reset), so Adam's moments,
   its count and the learning-rate schedule (built over one stage) restart: the paper's LR reset.
@@ -41,7 +46,7 @@ from core.errors import ConfigError
 from core.method import Method
 from methods.tpc import linear, model
 
-MODES = ("progressive", "joint")
+MODES = ("progressive", "joint", "joint_all")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,19 +97,25 @@ def stage_order(cfg: ProbeConfig, stage):
 def trainable(cfg: ProbeConfig, stage) -> jax.Array:
     """[K] float32: 1 for the blocks (order k + 2) trained in `stage`, else 0."""
     k_K = jnp.arange(cfg.order - 1)
-    if cfg.mode == "joint":
+    if cfg.mode != "progressive":
         return jnp.ones(k_K.shape, jnp.float32)
     on_K = (k_K == stage) if cfg.freeze_earlier else (k_K <= stage)
     return on_K.astype(jnp.float32)
 
 
 def loss_fn(cfg: ProbeConfig, params, batch, *, rng, extra):
-    """BCE of the truncation at `extra["order"]`, with term dropout."""
+    """BCE of the truncation at `extra["order"]` (joint_all: the mean over every truncation),
+    with term dropout."""
     order = extra["order"]
     Y_BN = model.logits({**extra["linear"], **params}, batch["x"], impl=cfg.impl)
-    logit_B = model.train_logit(model.terms(Y_BN), order, cfg.dropout, rng)
     y_B = batch["y"].astype(jnp.float32)
-    loss = jnp.mean(optax.sigmoid_binary_cross_entropy(logit_B, y_B))
+    if cfg.mode == "joint_all":
+        train_BN = model.train_logits_all(model.terms(Y_BN), cfg.dropout, rng)
+        loss = jnp.mean(optax.sigmoid_binary_cross_entropy(train_BN, y_B[:, None]))
+        logit_B = train_BN[:, -1]
+    else:
+        logit_B = model.train_logit(model.terms(Y_BN), order, cfg.dropout, rng)
+        loss = jnp.mean(optax.sigmoid_binary_cross_entropy(logit_B, y_B))
     return loss, {"acc": jnp.mean((logit_B > 0) == (y_B > 0.5)), "order": order}
 
 
@@ -236,5 +247,6 @@ def fit_progressive(config, splits, workdir: str, *, freeze_earlier: bool = True
     return fit(_with_mode(config, "progressive", freeze_earlier), splits, workdir, **kw)
 
 
-def fit_joint(config, splits, workdir: str, **kw) -> Fit:
-    return fit(_with_mode(config, "joint"), splits, workdir, **kw)
+def fit_joint(config, splits, workdir: str, *, every_truncation: bool = False, **kw) -> Fit:
+    mode = "joint_all" if every_truncation else "joint"
+    return fit(_with_mode(config, mode), splits, workdir, **kw)
