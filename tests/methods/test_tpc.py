@@ -424,11 +424,12 @@ def test_cascade_tau_is_below_one_and_chosen_on_validation():
 @pytest.mark.slow
 def test_quick_experiment(tmp_path):
     """Digits, 3 seeds, 5 epochs per order, one grid point: the whole protocol end to end.
-    Measured: progressive order 5 .924, joint_all .975, MLP .960, linear .912; cascade tau
+    Measured (test F1, seeds 0 / 1 / 2): linear .905 / .911 / .919, progressive order 5
+    .919 / .923 / .931, joint_all .980 / .965 / .980, MLP .954 / .958 / .967; cascade tau
     .55 / .9 / .55. Asserted: every claim is an interval over the 3 seeds; every arm has a row
-    per seed; each tau is below 1 and chosen from validation; the record re-derives the same
-    claims (launch.reproduce --from_results); and the polynomial beats the linear probe at its
-    top order on every seed (a lost higher-order term fails it: measured +.006 to +.019)."""
+    per seed; each tau is below 1; the saved record re-derives the same claims (what
+    launch.reproduce --from_results does); and the polynomial's top order beats the linear
+    probe on every seed (a lost higher-order term fails it: measured +.012 to +.014)."""
     from core import results
 
     report = experiment.run(str(tmp_path), quick=True)
@@ -444,5 +445,5 @@ def test_quick_experiment(tmp_path):
     assert [c.to_dict() for c in again] == [c.to_dict() for c in report.claims], path
     prog = experiment.per_seed(record, "digits", "progressive")
     lin = experiment.per_seed(record, "digits", "linear")
-    assert all(prog[s][-1] > lin[s][0] for s in (0, 1, 2)), (prog, lin)
+    assert all(prog[s][-1] > lin[s][0] + 0.005 for s in (0, 1, 2)), (prog, lin)
     assert len(report.figures) == 1 and report.figures[0].endswith(".png")
