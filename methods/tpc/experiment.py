@@ -519,7 +519,7 @@ def table(record: dict) -> str:
             if per_seed(record, dataset, a)
         }
         lines.append(
-            "| MLP, matched | " + " | ".join(cells.get(n, "") for n in range(2, N + 1)) + " |"
+            "| MLP, matched | | " + " | ".join(cells.get(n, "") for n in range(2, N + 1)) + " |"
         )
         cas = {
             r["seed"]: r
