@@ -96,7 +96,8 @@ class Setting:
     epochs: int  # per order of the progressive schedule
     grid: dict  # axis -> values, the same for every tuned arm (dropout: term or unit dropout)
     require_interior: bool
-    # (axis, "low" | "high") -> why a choice may sit there; any other edge stops the run.
+    # (axis, side) or (dataset, arm, axis, side) -> why a choice may sit on that edge (side:
+    # "low" | "high"); any other edge stops the run.
     open_edges: dict = dataclasses.field(default_factory=dict)
     size: str = "small"  # configs/tpc.py: N = 5, R = 16, batch 128
     layers: tuple = LAYERS  # prompts' MiniLM layer grid
@@ -117,7 +118,13 @@ FULL = Setting(
     # the first pass: the cache reran only the new points.
     grid={"lr": (1e-3,), "weight_decay": (0.01,), "dropout": (0.0, 0.2, 0.5, 0.7)},
     require_interior=True,
-    open_edges={("dropout", "low"): DROPOUT_FLOOR},
+    open_edges={
+        ("dropout", "low"): DROPOUT_FLOOR,
+        ("digits", "progressive", "dropout", "high"): (
+            "digits' 200-row validation split saturates: p = .7 beat p = 0 by 1e-4 F1 (val F1"
+            " .9883 against .9882); not widened further (CPU budget)"
+        ),
+    },
     # joint ("max") is not rerun: on 2 CPU cores shared by six jobs (load average ~30) the
     # grids above took the budget; the earlier run's numbers for it are in the README.
     context_arms=False,
@@ -284,7 +291,9 @@ def unfinished(selections: list[dict], open_edges: dict) -> list[str]:
         f"{sel['dataset']} {sel['arm']}: {a}={sel['point'][a]!r} ({e})"
         for sel in selections
         for a, e in sel["edges"].items()
-        if (a, e) not in open_edges and a != "layer"  # the layer scan covers every layer
+        if (a, e) not in open_edges
+        and (sel["dataset"], sel["arm"], a, e) not in open_edges
+        and a != "layer"  # the layer scan covers every layer
     ]
 
 
@@ -575,8 +584,8 @@ def table(record: dict) -> str:
         lines.append("")
     if record["edges"]:
         lines.append(f"Choices on a grid edge: {'; '.join(record['edges'])}.")
-        for axis, side, why in record["config"]["open_edges"]:
-            lines.append(f"Open edge {axis} ({side}): {why}.")
+        for *edge, why in record["config"]["open_edges"]:
+            lines.append(f"Open edge {' '.join(edge)}: {why}.")
     return "\n".join(lines)
 
 
