@@ -653,12 +653,11 @@ def run(workdir: str, *, quick: bool = False) -> Report:
     notes = table(record)
     print(notes, flush=True)
     claims = claims_from_results(record)
-    return Report(
+    return Report.on_protocol(
         method="tpc",
         claims=claims,
-        metrics={c.metric: c.interval.to_dict() for c in claims},
         figures=[figure],
-        command="python -m launch.reproduce --methods=tpc" + (" --quick" if quick else ""),
+        quick=quick,
         notes=notes,
         results=record,
     )
