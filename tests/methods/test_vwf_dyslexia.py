@@ -148,6 +148,11 @@ def test_curriculum_schedules_jitter_and_adds_lexical_decision_late():
         want = tasks.example(np.random.default_rng(i), strings)
         for key in want:
             np.testing.assert_array_equal(got[key], want[key])
+    fixed = tasks.Curriculum(jitter=0.0, jitter_to=300, lexical_from=200, spell=True)
+    held_out = [tasks.eval_example(np.random.default_rng(i), strings, fixed) for i in range(24)]
+    assert tasks.TASKS.index("lexical") in {int(e["task"]) for e in held_out}  # every task
+    spelled = [e for e in held_out if e["task"] == tasks.TASKS.index("letters")]
+    assert spelled and all(e["mask"].sum() >= 3 for e in spelled)  # every letter of 3-7
     with pytest.raises(ConfigError, match="jitter_from <= jitter_to"):
         tasks.Curriculum(jitter_from=5, jitter_to=2)
 
