@@ -63,7 +63,9 @@ def test_random_draws_are_averaged_per_seed():
 # model answers every task from its prior (held-out lexical 0.53, shapes 0.46, sentence 0.61,
 # letters 0), so no lesion can drop lexical decision. Not rerun at lr 1e-3 and background 0:
 # the probes (README) put lexical decision at its prior through 1000 steps of that setup too.
-# Kept, with its margin, until a size that learns in 300 steps exists.
+# Kept, with its margin, until a size that learns in 300 steps exists. Not rerun with part 4's
+# recipe (jitter 0, spelling, lexicon 64: lexical decision 0.66 on "val" at 400 steps in the
+# probe, README), for lack of CPU time on the loaded machine.
 @pytest.mark.xfail(reason="the 300-step quick model has not learned lexical decision", strict=False)
 @pytest.mark.slow  # three short trainings, localiser and lesions: 6 min on the loaded machine
 def test_quick_experiment_vwf_lesions_hurt_lexical_decision_more_than_random(tmp_path):
