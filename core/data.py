@@ -63,12 +63,16 @@ def synthetic(
     shard: tuple[int, int] = (0, 1),
     num_batches: int | None = None,
     examples_fn: Callable[[list[np.random.Generator]], dict[str, np.ndarray]] | None = None,
+    indexed: bool = False,
 ) -> grain.DatasetIterator:
     """A checkpointable iterator of this process's share of each global batch.
 
     Give `example_fn(rng) -> example`, or `examples_fn(rngs) -> stacked examples`: the same
     stream (example i still draws from its own generator) built with one vectorised call per
-    batch, for a task whose per-example NumPy overhead would otherwise rival the step."""
+    batch, for a task whose per-example NumPy overhead would otherwise rival the step.
+    indexed=True calls them with the global batch index too, `example_fn(rng, b)`: a
+    curriculum keyed by the step (batch b feeds step b), which resumes exactly because b is
+    the iterator's checkpointed state."""
     if (example_fn is None) == (examples_fn is None):
         raise ConfigError("synthetic: give exactly one of example_fn and examples_fn")
     index, count = shard
@@ -77,7 +81,10 @@ def synthetic(
     def make_batch(b: int) -> dict[str, np.ndarray]:
         first = b * global_batch + index * local
         rngs = [np.random.default_rng([seed, first + j]) for j in range(local)]
-        return examples_fn(rngs) if examples_fn else stack([example_fn(r) for r in rngs])
+        extra = (b,) if indexed else ()
+        if examples_fn:
+            return examples_fn(rngs, *extra)
+        return stack([example_fn(r, *extra) for r in rngs])
 
     dataset = grain.MapDataset.range(num_batches or _ENDLESS).map(make_batch)
     return iter(dataset.to_iter_dataset(read_options()))

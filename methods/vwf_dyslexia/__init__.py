@@ -88,6 +88,12 @@ def task_accuracy(cfg, params, batch, gate_mask_LF=None) -> dict:
     return out
 
 
+def curriculum_of(config) -> tasks.Curriculum:
+    """The training stream's `tasks.Curriculum` (config.data)."""
+    d = config.data
+    return tasks.Curriculum(d.jitter, d.jitter_from, d.jitter_to, d.lexical_from, d.spell)
+
+
 def make(config) -> Method:
     cfg = model_config(config)
     batch_size = config.train.batch_size
@@ -100,6 +106,7 @@ def make(config) -> Method:
         del rng
         return task_accuracy(cfg, state.params, batch)
 
+    curriculum = curriculum_of(config)
     num_eval = config.eval.num_examples
     if num_eval <= 0 or num_eval % batch_size:
         raise ConfigError(
@@ -108,11 +115,12 @@ def make(config) -> Method:
         )
 
     def dataset(split, *, shard, seed):
+        # core.train's evaluation picks the recipe: "val" strings, never the lesions' "eval"
         strings = tasks.letter_strings(
-            "eval" if split == "eval" else "train", config.data.lexicon_size
+            "val" if split == "eval" else "train", config.data.lexicon_size
         )
-        example = functools.partial(tasks.example, strings=strings)
         if split == "eval":
+            example = functools.partial(tasks.eval_example, strings=strings, curriculum=curriculum)
             return data.synthetic(
                 example,
                 global_batch=batch_size,
@@ -120,7 +128,13 @@ def make(config) -> Method:
                 shard=shard,
                 num_batches=num_eval // batch_size,
             )
-        return data.synthetic(example, global_batch=batch_size, seed=seed, shard=shard)
+        return data.synthetic(
+            functools.partial(tasks.curriculum_example, strings=strings, curriculum=curriculum),
+            global_batch=batch_size,
+            seed=seed,
+            shard=shard,
+            indexed=True,
+        )
 
     return Method(
         init=init,

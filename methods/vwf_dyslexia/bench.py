@@ -39,7 +39,7 @@ def measure(*, smoke: bool = False) -> Result:
     seconds_captured = median_seconds(captured, repeats)
     seconds_plain = median_seconds(plain, repeats)
 
-    examples = lesion.eval_set(max(batch // 4, 1), seed=0)
+    examples = lesion.eval_set(max(batch // 4, 1), seed=0, lexicon_size=0)  # timing only
     L, F = cfg.decoder.num_layers, cfg.decoder.d_ff
     rng = np.random.default_rng(1)
     mask_MLF = lesion.unit_masks(rng.random((masks, L, F)) < 0.05)

@@ -107,15 +107,18 @@ def accuracies(cfg, params, examples, selections: dict, value: float = 0.0) -> d
     return {n: {t: float(acc[t][i]) for t in acc} for i, n in enumerate(names)}
 
 
-def analyse(cfg, params, s: Settings, seed: int) -> dict:
+def analyse(cfg, params, s: Settings, seed: int, data) -> dict:
     """Rows of per-task accuracy for every mask of one trained model, and the localiser's
-    overlaps and layer histograms."""
+    overlaps and layer histograms. data: the model's config.data (lexical decision asks about
+    the words it was taught; stimuli at its jitter, letters spelled if it spells)."""
+    stimulus = dict(lexicon_size=data.lexicon_size, jitter=data.jitter, spell=data.spell)
     start = time.perf_counter()
     t_maps = [
-        localiser.t_map(cfg, params, s.n_localiser, seed=100 * seed + r) for r in range(s.resamples)
+        localiser.t_map(cfg, params, s.n_localiser, seed=100 * seed + r, jitter=data.jitter)
+        for r in range(s.resamples)
     ]
     localise_seconds = time.perf_counter() - start
-    examples = lesion.eval_set(s.n_per_task, EVAL_SEED)
+    examples = lesion.eval_set(s.n_per_task, EVAL_SEED, **stimulus)
     none = np.zeros_like(t_maps[0], bool)
     selections, localiser_rows = {"intact": none}, []
     rng = np.random.default_rng([seed, 1])
@@ -151,7 +154,11 @@ def analyse(cfg, params, s: Settings, seed: int) -> dict:
     fonts = {}
     for font in stimuli.HELD_OUT_FONTS:  # exploratory: reading in fonts never trained on
         lexical_set = lesion.eval_set(
-            s.n_per_task, EVAL_SEED, fonts=(font,), task_names=("lexical",)
+            s.n_per_task,
+            EVAL_SEED,
+            fonts=(font,),
+            task_names=("lexical",),
+            **stimulus,
         )
         out = accuracies(cfg, params, lexical_set, {"intact": none, "vwf": claim_units})
         fonts[font] = {name: v["lexical"] for name, v in out.items()}
@@ -171,7 +178,7 @@ def train_and_analyse(config, workdir: str, s: Settings) -> dict:
     result = train.run(config, make(config), workdir, devices=jax.devices()[:1])
     train_seconds = time.perf_counter() - start
     final = {k.removeprefix("eval/"): v for k, v in result.history[-1].items() if "eval/" in k}
-    out = analyse(model_config(config), result.state.params, s, config.seed)
+    out = analyse(model_config(config), result.state.params, s, config.seed, config.data)
     out["seconds"]["train"] = train_seconds
     out["train_eval"] = final
     return out

@@ -9,7 +9,7 @@ jitted function, so the M lesioned models share each batch's dispatch and one co
 it with (the same compiled function at M = 1).
 
 Evaluation sets (`eval_set`) hold `n` examples of each task, drawn from the held-out letter
-strings (`tasks.letter_strings("eval")`) and a seed of their own.
+strings (`tasks.letter_strings("eval")`, "val" to choose a recipe) and a seed of their own.
 """
 
 import functools
@@ -21,14 +21,29 @@ import numpy as np
 from methods.vwf_dyslexia import stimuli, task_accuracy, tasks
 
 
-def eval_set(n_per_task: int, seed: int, *, fonts=stimuli.FONTS, task_names=tasks.TASKS) -> dict:
+def eval_set(
+    n_per_task: int,
+    seed: int,
+    *,
+    lexicon_size: int,
+    fonts=stimuli.FONTS,
+    task_names=tasks.TASKS,
+    split: str = "eval",
+    jitter: float = 1.0,
+    spell: bool = False,
+) -> dict:
     """{"image", "inputs", "targets", "mask", "task"}: n_per_task examples of each task in
-    `task_names`, task by task, from held-out letter strings."""
-    strings = tasks.letter_strings("eval")
+    `task_names`, task by task, from held-out letter strings (`split` "eval", or "val" for
+    choosing a recipe). lexicon_size: the trained model's (config.data.lexicon_size), so
+    lexical decision asks about the words it was taught (0: unseen real words). jitter,
+    spell: as the model was trained (`tasks.task_example`)."""
+    strings = tasks.letter_strings(split, lexicon_size)
     examples = []
     for task in task_names:
         rng = np.random.default_rng([seed, tasks.TASKS.index(task)])
-        examples += [tasks.task_example(rng, task, strings, fonts) for _ in range(n_per_task)]
+        examples += [
+            tasks.task_example(rng, task, strings, fonts, jitter, spell) for _ in range(n_per_task)
+        ]
     return stack(examples)
 
 

@@ -69,14 +69,16 @@ def decide(
     seed: int = 0,
     gate_mask_LF=None,
     batch_size: int = 64,
+    jitter: float = 1.0,
 ) -> dict:
     """{"accuracy", "items": [{"string", "real", "answer"}]}: the model's lexical decision on
-    each pair (answer "yes", "no", or the other token it predicted, which counts as wrong)."""
+    each pair (answer "yes", "no", or the other token it predicted, which counts as wrong).
+    jitter: the size and place randomness the model was trained at (config.data.jitter)."""
     for i, (text, real) in enumerate(pairs):  # refuse before any rendering or compiling
         if not isinstance(real, bool | np.bool_) or not text or set(text) - set(stimuli.LETTERS):
             raise ValueError(f"item {i} ({text!r}, {real!r}): need a lowercase a-z string, a bool")
     examples = [
-        tasks.lexical_example(text, real, font, np.random.default_rng([seed, i]))
+        tasks.lexical_example(text, real, font, np.random.default_rng([seed, i]), jitter)
         for i, (text, real) in enumerate(pairs)
     ]
     if gate_mask_LF is None:
@@ -92,7 +94,8 @@ def decide(
 
 
 def load_params(workdir: str):
-    """(VLMConfig, params) of a launch.train run's newest good checkpoint."""
+    """(VLMConfig, params, its stimuli's jitter) of a launch.train run's newest good
+    checkpoint."""
     from ml_collections import ConfigDict
 
     import methods
@@ -109,7 +112,7 @@ def load_params(workdir: str):
         raise ConfigError(f"{workdir} is a {config.get('method')!r} run, not vwf_dyslexia")
     config.train.init_from = workdir
     session = train.init(config, methods.make(config), devices=jax.devices()[:1])
-    return model_config(config), session.state.params
+    return model_config(config), session.state.params, config.data.get("jitter", 1.0)
 
 
 def main(argv):
@@ -117,8 +120,8 @@ def main(argv):
     from absl import flags
 
     f = flags.FLAGS
-    cfg, params = load_params(f.workdir)
-    out = decide(cfg, params, read_pairs(f.words), font=f.font, seed=f.seed)
+    cfg, params, jitter = load_params(f.workdir)
+    out = decide(cfg, params, read_pairs(f.words), font=f.font, seed=f.seed, jitter=jitter)
     for item in out["items"]:
         print(f"{item['string']:<12} {'real' if item['real'] else 'pseudo':<7} {item['answer']}")
     print(f"accuracy {out['accuracy']:.4f} on {len(out['items'])} items")

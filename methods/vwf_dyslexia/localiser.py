@@ -67,17 +67,20 @@ def welch_t(a_NU, b_MU) -> np.ndarray:
     return np.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def category_images(n_per_category: int, seed: int) -> dict[str, np.ndarray]:
-    """{category: [n, H, W]} for one localiser resample (the seed fixes every category)."""
+def category_images(n_per_category: int, seed: int, jitter: float = 1.0) -> dict:
+    """{category: [n, H, W]} for one localiser resample (the seed fixes every category; words
+    at the model's jitter, `stimuli.render_text`)."""
     return {
-        c: stimuli.localiser_images(c, n_per_category, seed=seed * 10 + i)
+        c: stimuli.localiser_images(c, n_per_category, seed=seed * 10 + i, jitter=jitter)
         for i, c in enumerate(stimuli.CATEGORIES)
     }
 
 
-def t_map(cfg, params, n_per_category: int, seed: int, *, batch_size: int = 64) -> np.ndarray:
+def t_map(
+    cfg, params, n_per_category: int, seed: int, *, batch_size: int = 64, jitter: float = 1.0
+) -> np.ndarray:
     """[L, F] Welch t of words vs the pooled non-word categories for one resample."""
-    images = category_images(n_per_category, seed)
+    images = category_images(n_per_category, seed, jitter)
     means = {c: unit_means(cfg, params, x, batch_size=batch_size) for c, x in images.items()}
     words_NU = means["word"].reshape(n_per_category, -1)
     others_MU = np.concatenate([means[c] for c in NON_WORDS]).reshape(3 * n_per_category, -1)

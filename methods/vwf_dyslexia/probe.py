@@ -9,7 +9,15 @@ ViT, the merger and the decoder; at the end the held-out accuracy per task (`les
 `neval` examples each). Options (name=value): steps, lr, bs, tasks (comma-separated), patch,
 merge (`core.nn.vlm` merger), warmup, neval, seed, clip, log, balance (1: each example's
 answer tokens averaged first, so two-letter answers do not weigh double), old_background (1:
-the images mapped back to background -1, ink 1, the layout before the fix).
+the images mapped back to background -1, ink 1, the layout before the fix), jitter (the letter
+strings' size and place randomness, `stimuli.render_text`: 0 fixed, 1 full), eval_jitter
+(-1: the training jitter), lexicon (the lexical-decision lexicon size; -1: the config's),
+jitter_from, jitter_to, lexical_from (a `tasks.Curriculum`; jitter_to > 0 replaces jitter,
+and lexical decision, if in tasks, joins at lexical_from), spell (1: the letter read-out
+spells the whole string).
+Held-out examples are from the "val" split (`tasks.SPLITS`): probes choose the recipe, and
+the lesion evaluation's "eval" strings stay unseen by that choice. Letters are also scored
+one answer token at a time (first, last).
 """
 
 import functools
@@ -29,6 +37,8 @@ from methods.vwf_dyslexia import answer_logits, lesion, loss_fn, model_config, t
 DEFAULTS = dict(
     steps=300, lr=1e-3, bs=64, tasks=",".join(tasks.TASKS), patch=16, merge=1,
     warmup=30, neval=128, seed=0, clip=1.0, log=50, balance=0, old_background=0,
+    jitter=1.0, eval_jitter=-1.0, lexicon=-1, jitter_from=0, jitter_to=0, lexical_from=0,
+    spell=0,
 )  # fmt: skip
 
 
@@ -49,22 +59,59 @@ def balanced_loss(cfg, params, batch):
     return ((nll_BT * batch["mask"]).sum(1) / batch["mask"].sum(1)).mean(), {}
 
 
+def letter_token_accuracy(cfg, params, batch) -> dict:
+    """The letter read-out's first and last answer tokens scored apart (a partial reader shows
+    here while both-right stays near its prior)."""
+    is_letters = np.asarray(batch["task"]) == tasks.TASKS.index("letters")
+    sub = {k: v[is_letters] for k, v in batch.items()}
+    predicted_BT = np.asarray(jnp.argmax(answer_logits(cfg, params, sub), -1))
+    right_BT = predicted_BT == sub["targets"]
+    first = np.argmax(sub["mask"], axis=1)
+    last = first + sub["mask"].sum(1).astype(int) - 1
+    rows = np.arange(len(first))
+    return {
+        "first": round(float(right_BT[rows, first].mean()), 3),
+        "last": round(float(right_BT[rows, last].mean()), 3),
+        "letter": round(float((right_BT * sub["mask"]).sum() / sub["mask"].sum()), 3),
+    }
+
+
 def main(opts: dict) -> dict:
     config = get_config("size=cpu")
     config.model.patch_size, config.model.merge = opts["patch"], opts["merge"]
     cfg = model_config(config)
     names = opts["tasks"].split(",")
-    strings = tasks.letter_strings("train", config.data.lexicon_size)
-    held_out = lesion.eval_set(opts["neval"], 123, task_names=names)
+    spell = bool(opts["spell"])
+    lexicon = config.data.lexicon_size if opts["lexicon"] < 0 else opts["lexicon"]
+    strings = tasks.letter_strings("train", lexicon)
+    eval_jitter = opts["jitter"] if opts["eval_jitter"] < 0 else opts["eval_jitter"]
+    held_out = lesion.eval_set(
+        opts["neval"],
+        123,
+        lexicon_size=lexicon,
+        task_names=names,
+        split="val",
+        jitter=eval_jitter,
+        spell=spell,
+    )
 
     def images(batch):
         return batch["image"] * 2 - 1 if opts["old_background"] else batch["image"]
 
+    curriculum = tasks.Curriculum(1.0, opts["jitter_from"], opts["jitter_to"], opts["lexical_from"])
+
     def train_batch(step):
+        jitter = curriculum.jitter_at(step) if opts["jitter_to"] else opts["jitter"]
+        now = [t for t in names if t in curriculum.tasks(step)] or names
         first = step * opts["bs"]
         rngs = [np.random.default_rng([opts["seed"], first + j]) for j in range(opts["bs"])]
         batch = lesion.stack(
-            [tasks.task_example(r, names[int(r.integers(len(names)))], strings) for r in rngs]
+            [
+                tasks.task_example(
+                    r, now[int(r.integers(len(now)))], strings, jitter=jitter, spell=spell
+                )
+                for r in rngs
+            ]
         )
         return {**batch, "image": images(batch)}
 
@@ -97,6 +144,8 @@ def main(opts: dict) -> dict:
     rate = opts["steps"] / (time.time() - start)
     counts = task_accuracy(cfg, params, {**held_out, "image": images(held_out)})
     accuracy = {k.split("/")[1]: round(float(r / n), 3) for k, (r, n) in counts.items() if n}
+    if "letters" in names:
+        accuracy |= letter_token_accuracy(cfg, params, {**held_out, "image": images(held_out)})
     print("held-out accuracy", accuracy, f"| {rate:.2f} steps/s", flush=True)
     return accuracy
 

@@ -155,10 +155,19 @@ def to_array(image: Image.Image) -> np.ndarray:
     return np.asarray(image, np.float32) / 255.0
 
 
-def render_text(text: str, font_name: str, rng: np.random.Generator) -> np.ndarray:
+def render_text(
+    text: str, font_name: str, rng: np.random.Generator, jitter: float = 1.0
+) -> np.ndarray:
     """`text` drawn once at a random size in FONT_SIZES (shrunk until it fits with a 2-pixel
-    margin) and a random position where it fits: float32 [32, 128] in [0, 1]."""
-    size = int(rng.integers(FONT_SIZES[0], FONT_SIZES[1] + 1))
+    margin) and a random position where it fits: float32 [32, 128] in [0, 1].
+
+    jitter in [0, 1] scales the randomness (the training curriculum): 0 draws every string at
+    the largest size, left-aligned and centred vertically; 1 is the full random size and
+    place. The same draws are made at every jitter, so jitter 1 is the plain rendering."""
+    if not 0.0 <= jitter <= 1.0:
+        raise ValueError(f"jitter must be in [0, 1], got {jitter}")
+    drawn = int(rng.integers(FONT_SIZES[0], FONT_SIZES[1] + 1))
+    size = round(FONT_SIZES[1] - jitter * (FONT_SIZES[1] - drawn))
     while True:
         face = font(font_name, size)
         left, top, right, bottom = face.getbbox(text)
@@ -168,8 +177,10 @@ def render_text(text: str, font_name: str, rng: np.random.Generator) -> np.ndarr
         if size == MIN_FONT_SIZE:
             raise ValueError(f"text {text!r} does not fit a {HEIGHT}x{WIDTH} image")
         size -= 1
-    x = int(rng.integers(2, WIDTH - 2 - w + 1)) - left
-    y = int(rng.integers(2, HEIGHT - 2 - h + 1)) - top
+    free_x, free_y = WIDTH - 4 - w, HEIGHT - 4 - h
+    dx, dy = int(rng.integers(0, free_x + 1)), int(rng.integers(0, free_y + 1))
+    x = 2 + round(jitter * dx) - left
+    y = 2 + round(free_y / 2 + jitter * (dy - free_y / 2)) - top
     image = Image.new("L", (WIDTH, HEIGHT), 0)
     ImageDraw.Draw(image).text((x, y), text, fill=255, font=face)
     return to_array(image)
@@ -309,10 +320,13 @@ def sentence_picture(rng: np.random.Generator) -> tuple[np.ndarray, str, int]:
 # ----------------------------------------------------------------------------- localiser
 
 
-def localiser_images(category: str, n: int, seed: int, *, fonts=FONTS) -> np.ndarray:
+def localiser_images(
+    category: str, n: int, seed: int, *, fonts=FONTS, jitter: float = 1.0
+) -> np.ndarray:
     """n images [n, 32, 128] of one localiser category (`CATEGORIES`). "word" and
     "scrambled_word" draw the same words and fonts for the same seed (only the scrambling
-    differs), so the word - scrambled contrast is the letters' shapes alone."""
+    differs), so the word - scrambled contrast is the letters' shapes alone; jitter: their
+    size and place randomness, as the model reads (`render_text`)."""
     if category not in CATEGORIES:
         raise ValueError(f"unknown localiser category {category!r}; expected one of {CATEGORIES}")
     rng = np.random.default_rng(seed)
@@ -320,7 +334,8 @@ def localiser_images(category: str, n: int, seed: int, *, fonts=FONTS) -> np.nda
         words = word_list()
         picks = rng.choice(len(words), size=n, replace=False)
         images = [
-            render_text(words[i], fonts[rng.integers(len(fonts))], rng) for i in picks.tolist()
+            render_text(words[i], fonts[rng.integers(len(fonts))], rng, jitter)
+            for i in picks.tolist()
         ]
         if category == "scrambled_word":
             scramble_rng = np.random.default_rng([seed, 1])

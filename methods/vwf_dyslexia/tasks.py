@@ -13,15 +13,18 @@ the sentence only has to be understood, not read.
   shapes     image: circles and squares; answer yes when there are more circles
   sentence   image: two shapes; text: "<x> left of <y>"; answer yes when it matches
 
-Words and pseudowords are split into "train" and "eval" by a hash of the string, so evaluation
-reads letter strings the model never saw.
+Words and pseudowords are split into "train", "val" and "eval" by a hash of the string, so
+evaluation reads letter strings the model never saw, and the recipe (learning rate,
+curriculum) is chosen on "val" strings the lesion evaluation ("eval") never uses.
 """
 
+import dataclasses
 import functools
 import zlib
 
 import numpy as np
 
+from core.errors import ConfigError
 from methods.vwf_dyslexia import stimuli
 
 TASKS = ("lexical", "letters", "shapes", "sentence")
@@ -31,14 +34,18 @@ VOCAB = (*SPECIALS, *stimuli.LETTERS, *(f"<{w}>" for w in SENTENCE_WORDS))
 TOKEN = {s: i for i, s in enumerate(VOCAB)}
 PAD, QUERY, YES, NO = (TOKEN[s] for s in SPECIALS[:4])
 SENTENCE_LEN = 4  # words: "<shape> left|right of <shape>"
-TEXT_LEN = 1 + SENTENCE_LEN + 1 + 2  # task, sentence, query, the longest answer (2 letters)
-EVAL_FRACTION = 0.1
+MAX_LETTERS = 7  # the longest letter string (`stimuli.word_list`, `stimuli.pseudowords`)
+# task, sentence, query, yes/no | task, query, the longest answer (every letter, spelled)
+TEXT_LEN = max(1 + SENTENCE_LEN + 1 + 1, 1 + 1 + MAX_LETTERS)
+SPLITS = {"val": (0, 50), "eval": (50, 100), "train": (100, 1000)}  # per-mille hash buckets
 
 
 def in_split(text: str, split: str) -> bool:
-    """A stable hash split of letter strings: "eval" holds EVAL_FRACTION of them."""
-    is_eval = zlib.crc32(text.encode()) % 1000 < EVAL_FRACTION * 1000
-    return is_eval == (split == "eval")
+    """A stable hash split of letter strings: "val" and "eval" hold 5 % of them each."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {tuple(SPLITS)}")
+    low, high = SPLITS[split]
+    return low <= zlib.crc32(text.encode()) % 1000 < high
 
 
 @functools.cache
@@ -85,8 +92,10 @@ def encode(task: str, answer: list[int], text: str = "") -> dict[str, np.ndarray
     """inputs, targets [TEXT_LEN] and the answer mask for one example's text (a sentence of
     `SENTENCE_WORDS`)."""
     words = text.split()
-    if len(words) > SENTENCE_LEN or len(answer) > 2:
+    if len(words) > SENTENCE_LEN:
         raise ValueError(f"text {text!r} is longer than the {SENTENCE_LEN} words allowed")
+    if 2 + len(words) + len(answer) > TEXT_LEN + 1:
+        raise ValueError(f"an answer of {len(answer)} tokens does not fit after {text!r}")
     unknown = sorted(set(words) - set(SENTENCE_WORDS))
     if unknown:
         raise ValueError(f"text {text!r}: words {unknown} not in {SENTENCE_WORDS}")
@@ -103,18 +112,80 @@ def example(rng: np.random.Generator, strings: LetterStrings, fonts=stimuli.FONT
     return task_example(rng, TASKS[int(rng.integers(len(TASKS)))], strings, fonts)
 
 
-def task_example(
-    rng: np.random.Generator, task: str, strings: LetterStrings, fonts=stimuli.FONTS
+@dataclasses.dataclass(frozen=True)
+class Curriculum:
+    """The training stream by step, host code keyed by the batch index (`core.data.synthetic`
+    indexed=True), so a resumed run sees the same batches. Letter strings are drawn at a fixed
+    size and place (jitter 0) until `jitter_from`, then their randomness ramps linearly up to
+    `jitter` (the final stimuli's, `stimuli.render_text`; evaluation uses it) at `jitter_to`;
+    lexical decision joins the uniform task mixture at `lexical_from` (before it the other
+    three tasks share the batch). spell: the letter read-out answers every letter of the
+    string, not the first and last. The defaults are the plain stream: every task at full
+    jitter from step 0."""
+
+    jitter: float = 1.0
+    jitter_from: int = 0
+    jitter_to: int = 0
+    lexical_from: int = 0
+    spell: bool = False
+
+    def __post_init__(self):
+        if not 0 <= self.jitter_from <= self.jitter_to or self.lexical_from < 0:
+            raise ConfigError(
+                f"curriculum needs 0 <= jitter_from <= jitter_to and lexical_from >= 0, got "
+                f"{self.jitter_from}, {self.jitter_to}, {self.lexical_from}"
+            )
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ConfigError(f"curriculum jitter must be in [0, 1], got {self.jitter}")
+
+    def jitter_at(self, step: int) -> float:
+        if step >= self.jitter_to:
+            return self.jitter
+        ramp = (step - self.jitter_from) / (self.jitter_to - self.jitter_from)
+        return self.jitter * max(0.0, ramp)
+
+    def tasks(self, step: int) -> tuple[str, ...]:
+        return TASKS if step >= self.lexical_from else tuple(t for t in TASKS if t != "lexical")
+
+
+def curriculum_example(
+    rng: np.random.Generator, step: int, strings: LetterStrings, curriculum: Curriculum
 ) -> dict:
-    """One example of `task` (the lesion evaluation's per-task sets)."""
+    """One training example of batch `step`: a task drawn uniformly from the curriculum's
+    tasks at that step, its letter strings at the step's jitter."""
+    names = curriculum.tasks(step)
+    task = names[int(rng.integers(len(names)))]
+    return task_example(
+        rng, task, strings, jitter=curriculum.jitter_at(step), spell=curriculum.spell
+    )
+
+
+def eval_example(rng: np.random.Generator, strings: LetterStrings, curriculum: Curriculum):
+    """A held-out example as the trained model is scored: every task, the final jitter."""
+    return curriculum_example(
+        rng, max(curriculum.jitter_to, curriculum.lexical_from), strings, curriculum
+    )
+
+
+def task_example(
+    rng: np.random.Generator,
+    task: str,
+    strings: LetterStrings,
+    fonts=stimuli.FONTS,
+    jitter: float = 1.0,
+    spell: bool = False,
+) -> dict:
+    """One example of `task` (the lesion evaluation's per-task sets); `jitter` scales the
+    letter strings' random size and place (`stimuli.render_text`); spell: the letter read-out
+    answers every letter of the string, not the first and last."""
     task_id = TASKS.index(task)
     if task == "lexical":
         text, real = strings.draw(rng, lexical=True)
-        return lexical_example(text, real, fonts[rng.integers(len(fonts))], rng)
+        return lexical_example(text, real, fonts[rng.integers(len(fonts))], rng, jitter)
     if task == "letters":
         text, _ = strings.draw(rng)
-        image = stimuli.render_text(text, fonts[rng.integers(len(fonts))], rng)
-        out = encode(task, [TOKEN[text[0]], TOKEN[text[-1]]])
+        image = stimuli.render_text(text, fonts[rng.integers(len(fonts))], rng, jitter)
+        out = encode(task, [TOKEN[c] for c in (text if spell else text[0] + text[-1])])
     elif task == "shapes":
         image, label, _ = stimuli.shape_comparison(rng)
         out = encode(task, [YES if label else NO])
@@ -124,11 +195,13 @@ def task_example(
     return {**out, "image": image[:, :, None], "task": np.int32(task_id)}
 
 
-def lexical_example(text: str, real: bool, font: str, rng: np.random.Generator) -> dict:
+def lexical_example(
+    text: str, real: bool, font: str, rng: np.random.Generator, jitter: float = 1.0
+) -> dict:
     """The lexical-decision example of any letter string (`lexical.py` reads word lists
     through it): rendered as in training, answer yes when `real`."""
     if not text or set(text) - set(stimuli.LETTERS):
         raise ValueError(f"{text!r}: lexical decision takes lowercase a-z strings only")
-    image = stimuli.render_text(text, font, rng)
+    image = stimuli.render_text(text, font, rng, jitter)
     out = encode("lexical", [YES if real else NO])
     return {**out, "image": image[:, :, None], "task": np.int32(TASKS.index("lexical"))}

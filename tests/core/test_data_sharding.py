@@ -39,6 +39,22 @@ def test_synthetic_iterator_resumes_exactly():
     )
 
 
+def test_an_indexed_stream_sees_its_global_batch_index_also_after_a_resume():
+    def example_at(rng, b):  # a curriculum keyed by the step
+        return {**example(rng), "b": np.int32(b)}
+
+    it = data.synthetic(example_at, global_batch=4, seed=0, indexed=True, shard=(1, 2))
+    assert [int(next(it)["b"][0]) for _ in range(3)] == [0, 1, 2]
+    fresh = data.synthetic(example_at, global_batch=4, seed=0, indexed=True, shard=(1, 2))
+    fresh.set_state(it.get_state())
+    resumed = next(fresh)
+    assert resumed["b"].tolist() == [3, 3]
+    plain = data.synthetic(example, global_batch=4, seed=0, shard=(1, 2))
+    for _ in range(3):
+        next(plain)
+    np.testing.assert_array_equal(resumed["x"], next(plain)["x"])  # the same generators
+
+
 def test_a_vectorised_examples_fn_gives_the_same_stream():
     def examples(rngs):  # what example() draws, per generator, stacked in one call
         return {

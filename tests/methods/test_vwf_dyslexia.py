@@ -107,13 +107,59 @@ def test_task_text_masks_exactly_the_answer_tokens():
         tasks.encode("sentence", [tasks.YES], "circle above square")
 
 
-def test_eval_letter_strings_are_never_trained_on():
-    train, held_out = tasks.letter_strings("train"), tasks.letter_strings("eval")
-    assert not set(train.words) & set(held_out.words)
-    assert not set(train.pseudowords) & set(held_out.pseudowords)
-    assert 0.05 < len(held_out.words) / len(train.words) < 0.15  # EVAL_FRACTION 0.1
-    ex = tasks.example(np.random.default_rng(0), held_out)
+def test_val_and_eval_letter_strings_are_never_trained_on_nor_shared():
+    splits = {name: tasks.letter_strings(name) for name in tasks.SPLITS}
+    for a, b in (("train", "val"), ("train", "eval"), ("val", "eval")):
+        assert not set(splits[a].words) & set(splits[b].words)
+        assert not set(splits[a].pseudowords) & set(splits[b].pseudowords)
+    for name in ("val", "eval"):  # 5 % of the strings each
+        assert 0.03 < len(splits[name].words) / len(splits["train"].words) < 0.08
+        assert len(splits[name].pseudowords) > 500
+    ex = tasks.example(np.random.default_rng(0), splits["eval"])
     assert ex["image"].shape == (32, 128, 1) and ex["task"] in range(len(tasks.TASKS))
+    with pytest.raises(ValueError, match="unknown split 'test'"):
+        tasks.in_split("cat", "test")
+
+
+def test_jitter_zero_draws_every_string_at_one_size_and_place():
+    def render(rng_seed, jitter, text="glove"):
+        return stimuli.render_text(text, stimuli.FONTS[0], np.random.default_rng(rng_seed), jitter)
+
+    np.testing.assert_array_equal(render(0, 0.0), render(1, 0.0))
+    assert np.any(render(0, 1.0) != render(1, 1.0))
+    assert np.any(render(0, 0.5) != render(1, 0.5))
+    for text in ("cat", "glove", "jumping"):  # left-aligned at the 2-pixel margin
+        columns = np.flatnonzero(render(0, 0.0, text).any(0))
+        assert 2 <= columns[0] <= 3
+    with pytest.raises(ValueError, match=r"jitter must be in \[0, 1\]"):
+        render(0, 1.5)
+
+
+def test_curriculum_schedules_jitter_and_adds_lexical_decision_late():
+    c = tasks.Curriculum(jitter_from=100, jitter_to=300, lexical_from=200)
+    assert [c.jitter_at(s) for s in (0, 100, 200, 299, 300, 5000)] == [0, 0, 0.5, 0.995, 1, 1]
+    assert "lexical" not in c.tasks(199) and c.tasks(200) == tasks.TASKS
+    strings = tasks.letter_strings("train", 8)
+    early = [tasks.curriculum_example(np.random.default_rng(i), 0, strings, c) for i in range(40)]
+    assert tasks.TASKS.index("lexical") not in {int(e["task"]) for e in early}
+    plain = tasks.Curriculum()  # all zeros: the plain stream, draw for draw
+    for i in range(8):
+        got = tasks.curriculum_example(np.random.default_rng(i), 0, strings, plain)
+        want = tasks.example(np.random.default_rng(i), strings)
+        for key in want:
+            np.testing.assert_array_equal(got[key], want[key])
+    with pytest.raises(ConfigError, match="jitter_from <= jitter_to"):
+        tasks.Curriculum(jitter_from=5, jitter_to=2)
+
+
+def test_eval_sets_ask_lexical_decision_about_the_trained_lexicon():
+    from methods.vwf_dyslexia import lesion
+
+    got = lesion.eval_set(6, seed=2, lexicon_size=8, task_names=("lexical",), split="val")
+    rng, strings = np.random.default_rng([2, 0]), tasks.letter_strings("val", 8)
+    want = [tasks.task_example(rng, "lexical", strings) for _ in range(6)]
+    np.testing.assert_array_equal(got["image"], np.stack([w["image"] for w in want]))
+    assert set(strings.known) == set(tasks.lexicon(8))
 
 
 def test_an_eval_set_that_is_not_whole_batches_is_refused():

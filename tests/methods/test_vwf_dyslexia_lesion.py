@@ -96,7 +96,7 @@ def masks():
 
 
 def test_vmapped_lesions_equal_each_mask_alone_and_padding_never_counts():
-    examples = lesion.eval_set(3, seed=0)  # 12 examples, batches of 8: one padded batch
+    examples = lesion.eval_set(3, seed=0, lexicon_size=0)  # 12, batches of 8: one padded
     assert examples["task"].tolist() == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
     m = masks()
     together = lesion.accuracy(CFG, params(), examples, m, batch_size=8)
