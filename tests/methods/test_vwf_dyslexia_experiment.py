@@ -59,19 +59,17 @@ def test_random_draws_are_averaged_per_seed():
         assert means[seed] == pytest.approx(expected + 0.01 * seed, abs=1e-9)
 
 
-# Measured (load ~13, lr 3e-3, background -1): 359 s, and the claim fails: after 300 steps the
-# model answers every task from its prior (held-out lexical 0.53, shapes 0.46, sentence 0.61,
-# letters 0), so no lesion can drop lexical decision. Not rerun at lr 1e-3 and background 0:
-# the probes (README) put lexical decision at its prior through 1000 steps of that setup too.
-# Kept, with its margin, until a size that learns in 300 steps exists. Not rerun with part 4's
-# recipe (jitter 0, spelling, lexicon 64: lexical decision 0.66 on "val" at 400 steps in the
-# probe, README), for lack of CPU time on the loaded machine.
-@pytest.mark.xfail(reason="the 300-step quick model has not learned lexical decision", strict=False)
-@pytest.mark.slow  # three short trainings, localiser and lesions: 6 min on the loaded machine
-def test_quick_experiment_vwf_lesions_hurt_lexical_decision_more_than_random(tmp_path):
+# The quick run cannot assert the paper's claim: at 300 steps its model has not learned lexical
+# decision (part 4's recipe, measured 2026-12-02 at load ~4: intact lexical 0.547, letters 0,
+# 144 s; VWF - random lexical drop at 8 % 0.003 [-0.019, 0.019]), and the full run (2500 steps,
+# lexical 0.98) measured the claim false anyway (README: 0.003 [-0.026, 0.028] at 4 %). What it
+# checks is the pipeline end to end: training, localiser, vmapped lesions, the record, and
+# claims re-derived from that record equal to the run's own.
+@pytest.mark.slow  # three short trainings, localiser and lesions: 144 s on 2 cores at load ~4
+def test_quick_experiment_runs_end_to_end_and_its_record_rederives_its_claims(tmp_path):
     report = experiment.run(str(tmp_path), quick=True)
-    assert report.claims and all(c.holds for c in report.claims), [
-        c.to_dict() for c in report.claims
-    ]
+    assert len(report.claims) == 1 and report.claims[0].n == 3
     again = experiment.claims_from_results(report.results)
-    assert again[0].interval == report.claims[0].interval
+    assert [c.to_dict() for c in again] == [c.to_dict() for c in report.claims]
+    intact = [r for r in report.results["rows"] if r["mask"] == "intact"]
+    assert sorted(r["seed"] for r in intact) == [0, 1, 2]
