@@ -7,8 +7,9 @@ selection is resample 0's, the others give the overlap); evaluate one fixed held
 examples per task, the same for every seed, so drops pair by seed) intact, then with the top k %
 of units by t zeroed for k in {0.5, 1, 2, 4, 8, 16} (global ranking; per-layer ranking
 reported), with 10 random layer-matched masks per k, and with the selected units scaled by s
-(the sweep, at CLAIM_PERCENT). Exploratory, reported not asserted: lexical decision in the
-held-out fonts, intact and lesioned.
+(the sweep, at CLAIM_PERCENT). Reported, not asserted: lexical decision in the held-out fonts,
+intact and lesioned (exploratory), and every task with a whole decoder layer's MLP silenced
+("layer/<l>") and with all of them ("all"): how much any lesion of these units can do at most.
 
 A mask's drop on a task is intact accuracy - lesioned accuracy; its selectivity is the lexical
 drop minus the mean drop of the non-reading tasks (shape comparison, sentence-picture matching).
@@ -64,7 +65,7 @@ class Settings:
 
 
 FULL = Settings(
-    "cpu", 2500, (0, 1, 2), (0.5, 1, 2, 4, 8, 16), 10, 4.0, (-2, -1, 0, 0.5, 2, 4),
+    "cpu", 10000, (0, 1, 2), (0.5, 1, 2, 4, 8, 16), 10, 4.0, (-2, -1, 0, 0.5, 2, 4),
     256, 72, 3, 0.10, 0.05, 0.05,
 )  # fmt: skip
 QUICK = Settings("cpu", 300, (0, 1, 2), (8,), 5, 8.0, (), 64, 24, 1, 0.0, 0.02, 0.0, 0.65, 64)
@@ -96,6 +97,14 @@ def analysis_settings(s: Settings) -> dict:
     return {k: getattr(s, k) for k in ("percents", "random_masks", "claim_percent", "scales")} | {
         k: getattr(s, k) for k in ("n_per_task", "n_localiser", "resamples")
     }
+
+
+def whole_layers(layers: int, width: int) -> dict:
+    """{"layer/<l>": every unit of decoder layer l, "all": every unit}: bool [L, F]
+    selections, the upper bounds on what any lesion of these units can do."""
+    out = {name("layer", i): np.arange(layers)[:, None] == i for i in range(layers)}
+    out = {k: np.broadcast_to(v, (layers, width)).copy() for k, v in out.items()}
+    return out | {"all": np.ones((layers, width), bool)}
 
 
 def accuracies(cfg, params, examples, selections: dict, value: float = 0.0) -> dict:
@@ -144,6 +153,7 @@ def analyse(cfg, params, s: Settings, seed: int, data) -> dict:
                 else None,
             }
         )
+    selections |= whole_layers(*none.shape)
     start = time.perf_counter()
     acc = accuracies(cfg, params, examples, selections)
     claim_units = localiser.top_k_global(t_maps[0], s.claim_percent)
@@ -416,7 +426,13 @@ def summary(record: dict) -> dict:
         }
         for f in record["per_seed"][seeds[0]]["fonts"]
     }
-    return {"intact": intact, "fonts": fonts}
+    masks = {r["mask"] for r in record["rows"]}
+    whole = sorted(m for m in masks if m.startswith("layer/") or m == "all")
+    silenced = {
+        m: {t: float(np.mean([_row(record, x, m)[t] for x in s["seeds"]])) for t in tasks.TASKS}
+        for m in whole
+    }
+    return {"intact": intact, "fonts": fonts, "whole_mlp_lesions": silenced}
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:

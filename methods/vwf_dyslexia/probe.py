@@ -14,7 +14,12 @@ strings' size and place randomness, `stimuli.render_text`: 0 fixed, 1 full), eva
 (-1: the training jitter), lexicon (the lexical-decision lexicon size; -1: the config's),
 jitter_from, jitter_to, lexical_from (a `tasks.Curriculum`; jitter_to > 0 replaces jitter,
 and lexical decision, if in tasks, joins at lexical_from), spell (1: the letter read-out
-spells the whole string).
+spells the whole string), lesions (1: the held-out accuracy also with whole decoder MLPs
+silenced, each layer's and all of them: is the decoder MLP needed for a task at all?),
+fonts ("wide": `stimuli.FONTS`,
+twelve typefaces; "three": its first three, the training fonts until part 5),
+vit_layers, layers, d_ff (the `cpu` size's ViT depth, decoder depth and SwiGLU width; -1: the
+config's).
 Held-out examples are from the "val" split (`tasks.SPLITS`): probes choose the recipe, and
 the lesion evaluation's "eval" strings stay unseen by that choice. Letters are also scored
 one answer token at a time (first, last).
@@ -32,13 +37,22 @@ import optax
 from configs.vwf_dyslexia import get_config
 from core.errors import ConfigError
 from core.nn import vlm
-from methods.vwf_dyslexia import answer_logits, lesion, loss_fn, model_config, task_accuracy, tasks
+from methods.vwf_dyslexia import (
+    answer_logits,
+    experiment,
+    lesion,
+    loss_fn,
+    model_config,
+    stimuli,
+    task_accuracy,
+    tasks,
+)
 
 DEFAULTS = dict(
     steps=300, lr=1e-3, bs=64, tasks=",".join(tasks.TASKS), patch=16, merge=1,
     warmup=30, neval=128, seed=0, clip=1.0, log=50, balance=0, old_background=0,
     jitter=1.0, eval_jitter=-1.0, lexicon=-1, jitter_from=0, jitter_to=0, lexical_from=0,
-    spell=0,
+    spell=0, lesions=0, fonts="wide", vit_layers=-1, layers=-1, d_ff=-1,
 )  # fmt: skip
 
 
@@ -79,16 +93,21 @@ def letter_token_accuracy(cfg, params, batch) -> dict:
 def main(opts: dict) -> dict:
     config = get_config("size=cpu")
     config.model.patch_size, config.model.merge = opts["patch"], opts["merge"]
+    for field, option in (("vit_layers", "vit_layers"), ("num_layers", "layers"), ("d_ff", "d_ff")):
+        if opts[option] > 0:
+            config.model[field] = opts[option]
     cfg = model_config(config)
     names = opts["tasks"].split(",")
     spell = bool(opts["spell"])
     lexicon = config.data.lexicon_size if opts["lexicon"] < 0 else opts["lexicon"]
     strings = tasks.letter_strings("train", lexicon)
     eval_jitter = opts["jitter"] if opts["eval_jitter"] < 0 else opts["eval_jitter"]
+    fonts = {"three": stimuli.FONTS[:3], "wide": stimuli.FONTS}[opts["fonts"]]
     held_out = lesion.eval_set(
         opts["neval"],
         123,
         lexicon_size=lexicon,
+        fonts=fonts,
         task_names=names,
         split="val",
         jitter=eval_jitter,
@@ -108,7 +127,7 @@ def main(opts: dict) -> dict:
         batch = lesion.stack(
             [
                 tasks.task_example(
-                    r, now[int(r.integers(len(now)))], strings, jitter=jitter, spell=spell
+                    r, now[int(r.integers(len(now)))], strings, fonts, jitter=jitter, spell=spell
                 )
                 for r in rngs
             ]
@@ -147,7 +166,34 @@ def main(opts: dict) -> dict:
     if "letters" in names:
         accuracy |= letter_token_accuracy(cfg, params, {**held_out, "image": images(held_out)})
     print("held-out accuracy", accuracy, f"| {rate:.2f} steps/s", flush=True)
+    if "lexical" in names:  # reading in typefaces never trained on
+        for font in stimuli.HELD_OUT_FONTS:
+            unseen = lesion.eval_set(
+                opts["neval"], 123, lexicon_size=lexicon, fonts=(font,), task_names=("lexical",),
+                split="val", jitter=eval_jitter,
+            )  # fmt: skip
+            counts = task_accuracy(cfg, params, {**unseen, "image": images(unseen)})
+            right, n = counts["accuracy/lexical"]
+            accuracy[f"lexical {font}"] = round(float(right / n), 3)
+        print("held-out fonts", {k: v for k, v in accuracy.items() if " " in k}, flush=True)
+    if opts["lesions"]:
+        accuracy["lesions"] = whole_mlp_lesions(
+            cfg, params, {**held_out, "image": images(held_out)}
+        )
     return accuracy
+
+
+def whole_mlp_lesions(cfg, params, examples) -> dict:
+    """Held-out accuracy per task with every gate unit of one decoder layer silenced (each
+    layer in turn), and of all layers (`experiment.whole_layers`)."""
+    selections = experiment.whole_layers(cfg.decoder.num_layers, cfg.decoder.d_ff)
+    masks = lesion.unit_masks(np.stack(list(selections.values())))
+    acc = lesion.accuracy(cfg, params, examples, masks, batch_size=128)
+    out = {}
+    for i, name in enumerate(selections):
+        out[name] = {t: round(float(acc[t][i]), 3) for t in acc}
+        print(name, out[name], flush=True)
+    return out
 
 
 if __name__ == "__main__":

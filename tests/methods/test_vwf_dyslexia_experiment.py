@@ -73,3 +73,14 @@ def test_quick_experiment_runs_end_to_end_and_its_record_rederives_its_claims(tm
     assert [c.to_dict() for c in again] == [c.to_dict() for c in report.claims]
     intact = [r for r in report.results["rows"] if r["mask"] == "intact"]
     assert sorted(r["seed"] for r in intact) == [0, 1, 2]
+
+
+def test_whole_layer_selections_silence_one_layer_each_and_all_of_them():
+    layers, width = 3, 5
+    out = experiment.whole_layers(layers, width)
+    assert list(out) == ["layer/0", "layer/1", "layer/2", "all"]
+    for i in range(layers):
+        rows_on = out[f"layer/{i}"].all(axis=1)
+        assert rows_on.tolist() == [j == i for j in range(layers)]  # a layer, not a unit column
+        assert out[f"layer/{i}"].sum() == width
+    assert out["all"].all() and out["all"].shape == (layers, width)
