@@ -61,8 +61,8 @@ def test_random_draws_are_averaged_per_seed():
 
 # The quick run cannot assert the paper's claim: at 300 steps its model has not learned lexical
 # decision (part 4's recipe, measured 2026-12-02 at load ~4: intact lexical 0.547, letters 0,
-# 144 s; VWF - random lexical drop at 8 % 0.003 [-0.019, 0.019]), and the full run (2500 steps,
-# lexical 0.98) measured the claim false anyway (README: 0.003 [-0.026, 0.028] at 4 %). What it
+# 144 s; VWF - random lexical drop at 8 % 0.003 [-0.019, 0.019]), and the full run (10000 steps,
+# lexical 0.99) measured the claim false anyway (README: -0.001 [-0.004, 0.001] at 4 %). What it
 # checks is the pipeline end to end: training, localiser, vmapped lesions, the record, and
 # claims re-derived from that record equal to the run's own.
 @pytest.mark.slow  # three short trainings, localiser and lesions: 144 s on 2 cores at load ~4
