@@ -136,11 +136,13 @@ def test_claims_rederive_from_the_saved_record_and_can_fail(fake, tmp_path, monk
 
 
 def test_the_full_setting_derives_every_claim_on_fake_fits(fake, tmp_path, monkeypatch):
-    """FULL end to end with the fake (an hour's run must not fail at its last step): 88 fits,
-    the chosen points inside their grids, and the six claims, each on 5 objects."""
+    """FULL end to end with the fake (an hour's run must not fail at its last step): 112 fits
+    (development: (24 NAB + 12 RFF points) x 2 objects; reported: 5 industrial objects x 2
+    views x 2 encodings, 5 curved x 2 encodings, 2 ablations x 5), the chosen points inside
+    their grids, and the six claims, each on 5 objects."""
     monkeypatch.setattr(experiment, "QUICK", experiment.FULL)
     record, images = experiment.measure(str(tmp_path), quick=True)
-    assert len(fake.fitted) == 88 and {"fbp", "sart", "rff", "nab"} <= set(images)
+    assert len(fake.fitted) == 112 and {"fbp", "sart", "rff", "nab"} <= set(images)
     assert record["chosen"]["nab"]["point"]["steepness"] == 2.0
     claims = experiment.claims_from_results(record)
     assert [c.metric for c in claims] == [
