@@ -102,8 +102,8 @@ def analysis_settings(s: Settings) -> dict:
 def whole_layers(layers: int, width: int) -> dict:
     """{"layer/<l>": every unit of decoder layer l, "all": every unit}: bool [L, F]
     selections, the upper bounds on what any lesion of these units can do."""
-    out = {name("layer", i): np.arange(layers)[:, None] == i for i in range(layers)}
-    out = {k: np.broadcast_to(v, (layers, width)).copy() for k, v in out.items()}
+    layer_LF = np.repeat(np.arange(layers)[:, None], width, axis=1)
+    out = {name("layer", i): layer_LF == i for i in range(layers)}
     return out | {"all": np.ones((layers, width), bool)}
 
 

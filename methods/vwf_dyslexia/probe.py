@@ -161,10 +161,11 @@ def main(opts: dict) -> dict:
             print(f"{i + 1} loss {np.mean(losses[-opts['log'] :]):.3f} | grad {grad} | "
                   f"{rate:.2f} steps/s", flush=True)  # fmt: skip
     rate = opts["steps"] / (time.time() - start)
-    counts = task_accuracy(cfg, params, {**held_out, "image": images(held_out)})
+    scored = {**held_out, "image": images(held_out)}
+    counts = task_accuracy(cfg, params, scored)
     accuracy = {k.split("/")[1]: round(float(r / n), 3) for k, (r, n) in counts.items() if n}
     if "letters" in names:
-        accuracy |= letter_token_accuracy(cfg, params, {**held_out, "image": images(held_out)})
+        accuracy |= letter_token_accuracy(cfg, params, scored)
     print("held-out accuracy", accuracy, f"| {rate:.2f} steps/s", flush=True)
     if "lexical" in names:  # reading in typefaces never trained on
         for font in stimuli.HELD_OUT_FONTS:
@@ -177,9 +178,7 @@ def main(opts: dict) -> dict:
             accuracy[f"lexical {font}"] = round(float(right / n), 3)
         print("held-out fonts", {k: v for k, v in accuracy.items() if " " in k}, flush=True)
     if opts["lesions"]:
-        accuracy["lesions"] = whole_mlp_lesions(
-            cfg, params, {**held_out, "image": images(held_out)}
-        )
+        accuracy["lesions"] = whole_mlp_lesions(cfg, params, scored)
     return accuracy
 
 
