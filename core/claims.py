@@ -177,6 +177,29 @@ class Report:
             **fields,
         )
 
+    @classmethod
+    def from_record(cls, record, *, claims_from_results, table, plots, workdir, quick=False):
+        """The report of one protocol record: its claims re-derived by
+        `claims_from_results(record)` first (which may refuse an unfinished grid before any
+        figure is drawn), each figure `plots[name](record, path)` drawn as `workdir/name`, and
+        `table(record)` printed (`launch.reproduce` prints only the claims) and kept as notes."""
+        claims = claims_from_results(record)
+        os.makedirs(workdir, exist_ok=True)
+        figures = []
+        for name, draw in plots.items():
+            figures.append(os.path.join(workdir, name))
+            draw(record, figures[-1])
+        notes = table(record)
+        print(notes, flush=True)
+        return cls.on_protocol(
+            method=record["method"],
+            claims=claims,
+            results=record,
+            quick=quick,
+            notes=notes,
+            figures=figures,
+        )
+
     @property
     def all_hold(self) -> bool:
         return all(c.holds for c in self.claims)

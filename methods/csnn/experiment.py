@@ -35,7 +35,6 @@ GCN claim at QUICK_BARBELL_DECADES: a smoke check of the mechanism, not the pape
 import dataclasses
 import itertools
 import math
-import os
 import sys
 
 import jax
@@ -499,19 +498,13 @@ def run(workdir: str, quick: bool = False) -> Report:
         config=setting_json(s),
         rows=measure(workdir, s),
     )
-    claims = claims_from_results(record)  # also refuses an unfinished grid
-    os.makedirs(workdir, exist_ok=True)
-    figure = os.path.join(workdir, "csnn_results.png")
-    plot(record, figure)
-    notes = table(record)
-    print(notes, flush=True)
-    return Report.on_protocol(
-        method="csnn",
-        claims=claims,
+    return Report.from_record(  # claims_from_results also refuses an unfinished grid
+        record,
+        claims_from_results=claims_from_results,
+        table=table,
+        plots={"csnn_results.png": plot},
+        workdir=workdir,
         quick=quick,
-        notes=notes,
-        figures=[figure],
-        results=record,
     )
 
 

@@ -333,20 +333,13 @@ def plot(record: dict, path: str) -> None:
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
-    record = measure(workdir, quick=quick)
-    os.makedirs(workdir, exist_ok=True)
-    figure = os.path.join(workdir, "deql_recall_per_split.png")
-    plot(record, figure)
-    notes = table(record)
-    print(notes, flush=True)  # launch.reproduce prints the claims; these are the numbers
-    claims = claims_from_results(record)
-    return Report.on_protocol(
-        method="deql",
-        claims=claims,
-        figures=[figure],
+    return Report.from_record(
+        measure(workdir, quick=quick),
+        claims_from_results=claims_from_results,
+        table=table,
+        plots={"deql_recall_per_split.png": plot},
+        workdir=workdir,
         quick=quick,
-        notes=notes,
-        results=record,
     )
 
 

@@ -401,18 +401,14 @@ def run(workdir: str, *, quick: bool = False) -> Report:
     config = inr_config(
         s, encoding="nab", phantom="industrial", object_seed=first, views=max(s.views), point={}
     )
-    figure = os.path.join(workdir, "nab_reconstructions.png")
-    plot(images, record, nab.problem(config)[0], figure)
-    notes = table(record)
-    print(notes, flush=True)  # launch.reproduce prints the claims; these are the numbers
-    claims = claims_from_results(record)
-    return Report.on_protocol(
-        method="nab",
-        claims=claims,
-        figures=[figure],
+    truth_NN = nab.problem(config)[0]
+    return Report.from_record(
+        record,
+        claims_from_results=claims_from_results,
+        table=table,
+        plots={"nab_reconstructions.png": lambda r, path: plot(images, r, truth_NN, path)},
+        workdir=workdir,
         quick=quick,
-        notes=notes,
-        results=record,
     )
 
 

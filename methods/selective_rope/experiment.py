@@ -29,7 +29,6 @@ run; `claims_from_results` re-derives the selection and the claims from that rec
 
 import dataclasses
 import math
-import os
 import time
 
 import numpy as np
@@ -503,20 +502,13 @@ def plot(record: dict, path: str) -> None:
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
-    record = measure(workdir, quick=quick)
-    os.makedirs(workdir, exist_ok=True)
-    figure = os.path.join(workdir, "parity.png")
-    plot(record, figure)
-    notes = table(record)
-    print(notes, flush=True)  # launch.reproduce prints the claims; these are the numbers
-    claims = claims_from_results(record)
-    return Report.on_protocol(
-        method="selective_rope",
-        claims=claims,
-        figures=[figure],
+    return Report.from_record(
+        measure(workdir, quick=quick),
+        claims_from_results=claims_from_results,
+        table=table,
+        plots={"parity.png": plot},
+        workdir=workdir,
         quick=quick,
-        notes=notes,
-        results=record,
     )
 
 

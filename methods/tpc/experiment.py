@@ -646,20 +646,13 @@ def plot(record: dict, path: str) -> None:
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
-    record = measure(workdir, quick=quick)
-    os.makedirs(workdir, exist_ok=True)
-    figure = os.path.join(workdir, "tpc_f1_vs_cost.png")
-    plot(record, figure)
-    notes = table(record)
-    print(notes, flush=True)
-    claims = claims_from_results(record)
-    return Report.on_protocol(
-        method="tpc",
-        claims=claims,
-        figures=[figure],
+    return Report.from_record(
+        measure(workdir, quick=quick),
+        claims_from_results=claims_from_results,
+        table=table,
+        plots={"tpc_f1_vs_cost.png": plot},
+        workdir=workdir,
         quick=quick,
-        notes=notes,
-        results=record,
     )
 
 

@@ -75,3 +75,39 @@ def test_a_protocol_report_lists_each_claims_interval_and_its_rerun_command():
     assert full.metrics == {"x": claim.interval.to_dict()} and full.results == {"run": "full"}
     assert full.command == "python -m launch.reproduce --methods=m"
     assert quick.command == "python -m launch.reproduce --methods=m --quick" and quick.notes == "n"
+
+
+def test_a_report_from_a_record_refuses_before_drawing_and_keeps_its_table(tmp_path, capsys):
+    record = {"method": "m", "run": "full", "rows": [{"seed": s, "x": 0.9} for s in range(3)]}
+
+    def claims(r):
+        by_seed = {row["seed"]: row["x"] for row in r["rows"]}
+        return [IntervalClaim.at_least("x high", "x", by_seed, 0.5)]
+
+    def draw(r, path):
+        with open(path, "w") as f:
+            f.write(str(len(r["rows"])))
+
+    def table(r):
+        return f"{len(r['rows'])} rows"
+
+    report = Report.from_record(
+        record,
+        claims_from_results=claims,
+        table=table,
+        plots={"f.png": draw},
+        workdir=str(tmp_path),
+    )
+    assert report.figures == [str(tmp_path / "f.png")] and (tmp_path / "f.png").read_text() == "3"
+    assert report.notes == "3 rows" and "3 rows" in capsys.readouterr().out
+    assert report.method == "m" and report.results is record and report.all_hold
+
+    def unfinished(r):
+        raise ConfigError("grid not finished")
+
+    with pytest.raises(ConfigError, match="grid not finished"):
+        Report.from_record(
+            record, claims_from_results=unfinished, table=table, plots={"g.png": draw},
+            workdir=str(tmp_path),
+        )  # fmt: skip
+    assert not (tmp_path / "g.png").exists()
