@@ -42,6 +42,14 @@ def source_files(slug: str | None = None, repo: str = REPO) -> list[str]:
     return sorted(found)
 
 
+def run_sources(slug: str, *, besides: Iterable[str] = ("experiment.py", "bench.py")) -> tuple:
+    """`source_files(slug)` without the method's files that only read numbers (its experiment's
+    claims, tables and grids; its benchmark): the code key of a run cache, so that editing a
+    claim or widening a grid refits only the new points."""
+    leave_out = {f"methods/{slug}/{name}" for name in besides}
+    return tuple(f for f in source_files(slug) if f not in leave_out)
+
+
 def source_hash(files: Iterable[str], repo: str = REPO) -> str:
     """SHA-256 over the files' relative paths and bytes (a rename changes it too)."""
     digest = hashlib.sha256()

@@ -20,11 +20,7 @@ from methods.rlcr import calibration, evaluation, policy, witness
 FAMILIES = (witness.IN_DOMAIN, witness.OUT_OF_DOMAIN)
 # The sources a run's numbers depend on: core, the config and the method's training and
 # measuring modules; not experiment.py (claims, tables) nor bench.py.
-SOURCES = tuple(
-    f
-    for f in results.source_files("rlcr")
-    if f not in ("methods/rlcr/experiment.py", "methods/rlcr/bench.py")
-)
+SOURCES = results.run_sources("rlcr")
 
 
 def code_hash() -> str:

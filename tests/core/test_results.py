@@ -20,6 +20,14 @@ def test_code_version_names_the_commit_and_hashes_core_and_the_method():
     assert code["source_hash"] == results.source_hash(files) and code["source_files"] == len(files)
 
 
+def test_run_sources_leave_out_the_files_that_only_read_numbers():
+    files = results.run_sources("csnn")
+    assert "methods/csnn/model.py" in files and "core/train.py" in files
+    assert "configs/csnn.py" in files and "configs/common.py" in files
+    left_out = set(results.source_files("csnn")) - set(files)
+    assert left_out == {"methods/csnn/experiment.py", "methods/csnn/bench.py"}
+
+
 def test_source_hash_changes_with_content_and_names(tmp_path):
     (tmp_path / "core").mkdir()
     (tmp_path / "core" / "a.py").write_text("x = 1\n")
