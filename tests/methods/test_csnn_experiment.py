@@ -152,3 +152,17 @@ def test_main_refuses_unknown_parts_and_models():
     for bad in (["--workdir=/tmp/x", "--parts=trees"], ["--workdir=/tmp/x", "--models=gat"]):
         with pytest.raises(ConfigError, match="--parts from"):
             experiment.main(bad)
+
+
+def test_committed_full_run_is_the_full_setting_and_rederives_its_claims():
+    """results/full.json was made with today's FULL (the widened grid included), every
+    Minesweeper choice is inside its grid (claims_from_results refuses an edge), and every claim
+    rests on 3 splits or seeds."""
+    record = results.load("csnn", "full")
+    assert record["config"] == json.loads(json.dumps(experiment.setting_json(experiment.FULL)))
+    claims = experiment.claims_from_results(record)
+    assert len(claims) == 2 + 3 + 3 and all(c.n == 3 for c in claims)
+    grid = experiment.FULL.mine_grid
+    for model in experiment.FULL.mine_models:
+        mine = [r for r in record["rows"] if r["task"] == "minesweeper" and r["model"] == model]
+        assert len(mine) == len(grid["norm"]) * len(grid["lr"]) + 2, model
