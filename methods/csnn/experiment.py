@@ -469,6 +469,7 @@ def plot(record: dict, path: str) -> None:
             for m in s.mine_models:
                 by_split = mine_by_split(record, m, chosen[m])
                 ax.plot(list(by_split), list(by_split.values()), "o-", label=m)
+            ax.set_xticks(list(s.mine_splits))
             ax.set_xlabel("Minesweeper split")
             ax.set_ylabel("test AUROC (validation-chosen point)")
         elif panel == "tree":
@@ -477,6 +478,7 @@ def plot(record: dict, path: str) -> None:
                     y = [np.mean(list(tree_by_seed(record, protocol, m, d).values()))
                          for d in s.tree_depths]  # fmt: skip
                     ax.plot(s.tree_depths, y, "o-", label=f"{m} ({protocol})")
+            ax.set_xticks(list(s.tree_depths))
             ax.set_xlabel("tree depth")
             ax.set_ylabel("accuracy (benchmark: training)")
             ax.set_ylim(0, 1.05)
@@ -486,6 +488,7 @@ def plot(record: dict, path: str) -> None:
                 ax.plot(list(mse), list(mse.values()), "o", label=m)
             ax.axhline(tasks.barbell_constant_mse(), color="k", ls="--", label="constant")
             ax.set_yscale("log")
+            ax.set_xticks(list(s.barbell_seeds))
             ax.set_xlabel("seed")
             ax.set_ylabel("barbell test MSE")
         ax.legend(fontsize=7)
