@@ -47,13 +47,7 @@ HEADLINE = "last_quarter"
 # of ~0.006 (the old runs' RoPE / none seeds sat within 0.5 +- 0.013).
 CHANCE_CEILING = 0.55
 # The sources a run's numbers come from (its config is the rest of the cache key).
-RUN_SOURCES = (
-    *results.source_files(),
-    "configs/common.py",
-    "configs/selective_rope.py",
-    "methods/selective_rope/__init__.py",
-    "methods/selective_rope/model.py",
-)
+RUN_SOURCES = results.run_sources("selective_rope")  # not experiment.py or bench.py
 
 
 @dataclasses.dataclass(frozen=True)
