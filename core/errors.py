@@ -8,3 +8,8 @@ scripts can print it without a traceback.
 
 class ConfigError(ValueError):
     """A configuration or input problem, described in one line."""
+
+
+def method_name(config) -> str:
+    """The method a config runs, as error messages name it ("this method" when unnamed)."""
+    return config.get("method") or "this method"

@@ -28,7 +28,6 @@ class Runner:
         self.method = doit.make(config, timers=timers, base=base)
         one = jax.devices()[:1]
         self.plan = train.plan(config, self.method, devices=one)
-        self.init = jax.jit(self.plan.make_state, out_shardings=self.plan.state_shardings)
 
     def run(
         self, seed: int, hook, first: int | None, *, evaluate=None, every: int = 0, dataset=None
@@ -37,21 +36,14 @@ class Runner:
         after every `every` cycles: (session, rows, [(step, value), ...]) (steps, not cycles).
         `dataset`: a Method.dataset of the same shapes in place of the method's (per-seed data,
         the same compiled program)."""
-        state = self.init(train.seed_key(seed))
+        method = self.method._replace(hook=hook)
+        session = train.start_session(
+            self.config, method, self.plan, seed=seed, dataset=self.dataset(dataset)
+        )
         if first is not None:
             where = self.plan.state_shardings.extra[cycles.OPTIMIZER]
-            extra = {**state.extra, cycles.OPTIMIZER: train.place(np.int32(first), where)}
-            state = state.replace(extra=extra)
-        session = train.Session(
-            self.config,
-            self.method._replace(hook=hook),
-            self.plan.mesh,
-            state,
-            self.plan.step,
-            self.dataset(dataset)("train", shard=(0, 1), seed=seed),
-            self.plan.state_shardings,
-            self.plan.batch_sharding,
-        )
+            extra = {**session.state.extra, cycles.OPTIMIZER: train.place(np.int32(first), where)}
+            session.state = session.state.replace(extra=extra)
         total, tau = self.config.train.steps, self.config.doit.tau
         if evaluate is None:
             return session, session.train(total), []

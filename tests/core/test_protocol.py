@@ -231,7 +231,7 @@ def test_host_arrays_from_init_are_placed_not_compiled_in():
     np.testing.assert_array_equal(np.asarray(session.state.params["w"]), weights)
     assert "fsdp" in str(session.state.params["w"].sharding.spec)
     spec = {"x": jax.ShapeDtypeStruct((8, 4), np.float32)}
-    make_state = train._make_state_fn(method, optax.sgd(0.1), spec)
+    make_state = train.make_state_fn(method, optax.sgd(0.1), spec)
     rng = np.asarray(jax.random.PRNGKey(0))
     concrete = train.host_leaves(make_state, rng)
     host = [x for x in concrete if x is not None]

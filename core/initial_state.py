@@ -1,0 +1,108 @@
+"""The initial train state: built under `jit` with its shardings, with host arrays (pretrained
+weights) placed rather than compiled in, or with another run's parameters (`train.init_from`).
+"""
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from core import storage
+from core.checkpoint import Checkpointer, abstract_with_shardings
+from core.errors import ConfigError
+from core.method import Method
+from core.state import TrainState
+from core.steps import init_opt_state
+
+
+def make_state_fn(method: Method, tx, batch_spec) -> Callable[[jax.Array], TrainState]:
+    """`make_state(rng)`: the initial state from the key of `config.seed`. The key is an
+    argument, not a constant, so runs that differ only in seed share one init program (the
+    persistent compilation cache then compiles it once)."""
+
+    def make_state(rng):
+        init_rng, state_rng = jax.random.split(rng)
+        variables = dict(method.init(init_rng, batch_spec))
+        if "params" not in variables:
+            raise ConfigError("Method.init must return a dict with a 'params' entry")
+        params = variables.pop("params")
+        return TrainState(
+            step=jnp.zeros((), jnp.int32),
+            rng=state_rng,
+            params=params,
+            opt_state=init_opt_state(tx, params),
+            extra=variables,
+        )
+
+    return make_state
+
+
+def place(value, sharding):
+    """A host value (numpy, or the same array on every process) as a global array with
+    `sharding`; each process supplies only its addressable shards."""
+    if isinstance(value, jax.Array) and value.sharding == sharding:
+        return value
+    host = np.asarray(value)
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def host_leaves(make_state: Callable, rng) -> list:
+    """For each leaf of the state `make_state(rng)` builds (flattened): the concrete array
+    `init` returned for it (pretrained weights, numpy), or None where it is traced (random
+    init)."""
+    concrete: list = []
+
+    def traced(rng):
+        state = make_state(rng)
+        concrete[:] = [
+            None if isinstance(x, jax.core.Tracer) else x for x in jax.tree.leaves(state)
+        ]
+        return state
+
+    jax.eval_shape(traced, rng)
+    return concrete
+
+
+def with_host_leaves(make_state: Callable, concrete: list) -> Callable:
+    """`make_state` with its concrete leaves taken from an argument (the list of them), so a
+    jitted initialisation receives them as inputs instead of compiling them in."""
+
+    def make(rng, supplied_leaves):
+        leaves, treedef = jax.tree.flatten(make_state(rng))
+        supplied = iter(supplied_leaves)
+        leaves = [x if c is None else next(supplied) for x, c in zip(leaves, concrete, strict=True)]
+        return treedef.unflatten(leaves)
+
+    return make
+
+
+def seed_key(seed: int) -> np.ndarray:
+    """The key of `config.seed` as host data: the same on every process, and an input of the
+    jitted init rather than a constant, so runs differing only in seed share one program."""
+    return np.asarray(jax.random.PRNGKey(seed))
+
+
+def initial_state(make_state: Callable, rng, state_shardings) -> TrainState:
+    """The initial state, built under `jit` with its shardings. Leaves `init` returns as
+    concrete arrays (pretrained weights) would become constants of that program, copied into
+    the executable and every device: they are placed from the host and passed in instead."""
+    concrete = host_leaves(make_state, rng)
+    if all(x is None for x in concrete):
+        return jax.jit(make_state, out_shardings=state_shardings)(rng)
+    shardings = jax.tree.leaves(state_shardings)
+    placed = [place(x, s) for x, s in zip(concrete, shardings, strict=True) if x is not None]
+    make = with_host_leaves(make_state, concrete)
+    return jax.jit(make, out_shardings=state_shardings)(rng, placed)
+
+
+def restore_params(state: TrainState, state_shardings, source: str) -> TrainState:
+    """`state` with its params replaced by those of another run's newest good checkpoint
+    (`source`: that run's workdir or its checkpoints/ folder), placed in this run's layout."""
+    directory = storage.resolve(source, what="train.init_from")
+    if (directory / "checkpoints").exists():
+        directory = directory / "checkpoints"
+    abstract = abstract_with_shardings(state.params, state_shardings.params)
+    with Checkpointer(directory, create=False) as ckpt:
+        params = ckpt.restore_params(abstract)
+    return state.replace(params=params)
