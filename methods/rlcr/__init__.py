@@ -23,7 +23,7 @@ import optax
 
 from core import data, grpo, optim
 from core.errors import ConfigError
-from core.method import Method
+from core.method import Evaluator, Method
 from core.nn import transformer
 from core.precision import compute_dtype
 from core.steps import by_step, gradient_step, switch
@@ -97,23 +97,23 @@ def make(config) -> Method:
             shard=shard,
         )
 
-    def evaluate(state, *, seed):
-        metrics = {}
-        for family in (witness.IN_DOMAIN, witness.OUT_OF_DOMAIN):
-            outcome = evaluation.answer(
-                cfg, state.params, eval_data(family, config.eval.num_examples, seed)
-            )
-            scores = evaluation.summary(outcome["q"], outcome["correct"])
-            metrics |= {f"{family.name}/{k}": v for k, v in scores.items()}
-            metrics[f"{family.name}/format"] = float(outcome["format_ok"].mean())
-        return metrics
+    def evaluate(state, *, seed, family):
+        outcome = evaluation.answer(
+            cfg, state.params, eval_data(family, config.eval.num_examples, seed)
+        )
+        scores = evaluation.summary(outcome["q"], outcome["correct"])
+        return scores | {"format": float(outcome["format_ok"].mean())}
 
     return Method(
         init=init,
         step=switch([warm_step, rl_step], by_step([warm_steps]), opt_keys=("warm", "rl")),
         tx={"warm": warm_tx, "rl": rl_tx},
         dataset=dataset,
-        evaluate=evaluate,
+        # One stream per task family: eval/in_domain/<metric>, eval/out_of_domain/<metric>.
+        evaluators=tuple(
+            Evaluator(f.name, evaluate=functools.partial(evaluate, family=f))
+            for f in (witness.IN_DOMAIN, witness.OUT_OF_DOMAIN)
+        ),
         sharding_rules=transformer.SHARDING_RULES,
     )
 

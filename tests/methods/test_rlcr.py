@@ -168,3 +168,29 @@ def test_evaluation_readouts_sit_at_the_answer_digit_and_the_confidence_tag():
     np.testing.assert_allclose(out["mean_q"], expected_mean_q, atol=1e-5)
     answer_prob = jax.nn.softmax(single_token(logits, witness.ANS))[digit]
     np.testing.assert_allclose(out["answer_prob"], answer_prob, rtol=1e-5)  # same rounding
+
+
+def test_each_family_is_its_own_evaluation_stream(monkeypatch):
+    """The Method's two named streams (eval/in_domain/..., eval/out_of_domain/...) equal the
+    per-family loop they replaced, each on its own family's examples."""
+    from core import train
+
+    config = rlcr_config.get_config("mesh=cpu,size=smoke")
+    session = train.init(config, rlcr.make(config), devices=jax.devices()[:1])
+    asked, eval_data = [], rlcr.eval_data
+    monkeypatch.setattr(
+        rlcr, "eval_data", lambda family, *a: asked.append(family.name) or eval_data(family, *a)
+    )
+    metrics = session.evaluate()
+    # At init every score is 0 in both families, so the routing is checked by what was asked.
+    assert asked == ["in_domain", "out_of_domain"]
+    cfg = policy.model_config(config.model, "float32")
+    for family in (witness.IN_DOMAIN, witness.OUT_OF_DOMAIN):
+        data = eval_data(family, config.eval.num_examples, config.seed)
+        outcome = evaluation.answer(cfg, session.state.params, data)
+        expected = evaluation.summary(outcome["q"], outcome["correct"])
+        expected["format"] = float(outcome["format_ok"].mean())
+        got = {k.split("/", 1)[1]: v for k, v in metrics.items() if k.startswith(family.name)}
+        assert got.keys() == expected.keys()
+        # The same function on the same examples: bitwise, NaN (undefined AUROC) included.
+        np.testing.assert_array_equal([got[k] for k in expected], list(expected.values()))
