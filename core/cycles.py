@@ -21,8 +21,9 @@ it had when it last ran. The cycle's `tau` losses (each taken before its update)
 `state.extra["cycle_losses"]`, one device array per cycle that the hook reads once; the
 logged metrics are their cycle means, the last loss and the optimiser index.
 
-`with_cycles(method, tau=, pool=, hook=)` turns any Method with a `loss` into a cycle-trained
-one; `pool` may come straight from a config section (name -> optimiser spec, `make_pool`).
+`with_cycles(method, tau=, pool=, hook=)` turns any Method with a `loss` (and a dataset, or
+none: a loss of the parameters alone) into a cycle-trained one; `pool` may come straight from
+a config section (name -> optimiser spec, `make_pool`).
 """
 
 from collections.abc import Callable, Iterator, Mapping
@@ -82,8 +83,8 @@ def initial_extra(tau: int, first: int | jax.Array = 0) -> dict[str, jax.Array]:
 
 
 def scanned(step: Callable, tau: int) -> Callable:
-    """`step` run over the `tau` micro-batches of a cycle batch (leaves `[B, tau, ...]`) as one
-    `lax.scan`; metrics stacked to `[tau]`."""
+    """`step` run over the `tau` micro-batches of a cycle batch (leaves `[B, tau, ...]`; None
+    for a method without data) as one `lax.scan`; metrics stacked to `[tau]`."""
 
     def cycle(state, batch, *, rng):
         del rng  # each micro-step gets the rng plain training would give it
@@ -175,8 +176,8 @@ def with_cycles(
     `pool` (`make_pool`: specs from a config section, or transformations). `hook(state, *,
     step)` is the policy, called after every cycle, writing `extra["optimizer"]` (and its own
     state, in extra). `first` is the first cycle's optimiser, or `first(rng) -> traced int`."""
-    if method.loss is None or method.dataset is None:
-        raise ConfigError("with_cycles needs a method with a loss and a dataset")
+    if method.loss is None:
+        raise ConfigError("with_cycles needs a method with a loss")
     if method.step is not None:
         raise ConfigError("with_cycles replaces the step: give a method with a loss, not a step")
     pool = make_pool(pool)
@@ -193,6 +194,6 @@ def with_cycles(
         init=init,
         step=cycle_step(method.loss, pool, tau, inherit=inherit),
         tx=pool,
-        dataset=cycle_batches(method.dataset, tau),
+        dataset=None if method.dataset is None else cycle_batches(method.dataset, tau),
         hook=hook,
     )

@@ -65,7 +65,7 @@ def hook_for(name: str, s: policy.Settings, timers=None):
 def task(config) -> Method:
     if config.doit.task == "digits":
         return problems.digits_mlp(config.train.batch_size)
-    return problems.toy(config.doit.task, config.train.batch_size)
+    return problems.toy(config.doit.task)
 
 
 def make(config, *, timers=None, base: Method | None = None) -> Method:

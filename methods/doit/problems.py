@@ -3,8 +3,6 @@
 drawn from the run's key in a box around the minimum) and the digits MLP (64-256-256-10 on
 core.digits' fixed train split)."""
 
-import itertools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,8 +36,8 @@ def function(name: str):
     return FUNCTIONS[name]
 
 
-def toy(name: str, batch_size: int) -> Method:
-    """`batch_size` dummy rows: the loss ignores them (they only satisfy the batch split)."""
+def toy(name: str) -> Method:
+    """A 2-D test function of the parameters: no data (the core calls the step with no batch)."""
     fn, low, high = function(name)
 
     def init(rng, batch_spec):
@@ -51,14 +49,7 @@ def toy(name: str, batch_size: int) -> Method:
         del batch, rng, extra
         return fn(params["xy"]), {}
 
-    def dataset(split, *, shard, seed):
-        # Constant rows: nothing to shuffle, checkpoint or generate (grain's synthetic stream
-        # cost more than the 25 steps of a cycle here).
-        del seed
-        rows = batch_size // shard[1]
-        return itertools.repeat({"x": np.zeros((rows,), np.float32)})
-
-    return Method(init, loss=loss, dataset=dataset)
+    return Method(init, loss=loss)
 
 
 MLP_WIDTHS = (64, 256, 256, 10)
