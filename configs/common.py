@@ -82,6 +82,11 @@ def base_config(mesh: str = "auto") -> ConfigDict:
     # Another run's workdir (or its checkpoints/ folder): start from the params of its newest
     # good checkpoint, placed in this run's layout; optimiser state and step start fresh.
     c.train.init_from = ""
+    # Instruments (they observe a run, nothing it computes depends on them):
+    # "first:last": a jax.profiler trace of those steps in <workdir>/profile (core/profile.py).
+    c.train.profile = ""
+    # Every metrics row also as TensorBoard scalars in <workdir>/tensorboard (local workdirs).
+    c.train.tensorboard = False
 
     c.optim = ConfigDict()
     c.optim.name = "adamw"

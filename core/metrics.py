@@ -8,10 +8,20 @@ step's loss is checked: a non-finite value stops the run with an error naming th
 other metric that is NaN, of a step or an evaluation, is left out of the row: NaN is how a step
 says "not measured at this step" (`core.steps.switch` fills another phase's keys with it) and
 how a metric says "undefined here" (an AUROC over one class).
+
+With `tensorboard_dir` (the loop's `train.tensorboard`), every row written to the JSONL, train
+and eval alike, is also written to a TensorBoard event file (tensorboardX: pure Python, no
+TensorFlow) as one scalar per metric, tagged by its JSONL key ("loss", "eval/accuracy") at the
+row's step. Event files are written to a local folder only: tensorboardX reaches gs:// through
+its own google-cloud-storage client (not the workdir's etils.epath), re-uploading the whole file
+at every flush, so a gs:// `tensorboard_dir` is refused with a ConfigError when the logger is
+made, not at the first write. An event file cannot be rewound like the JSONL: a resumed run
+passes `tensorboard_resume_step`, and TensorBoard hides the earlier run's events after it.
 """
 
 import json
 import math
+import os
 import sys
 import time
 from typing import Any, TextIO
@@ -21,6 +31,7 @@ import numpy as np
 from etils import epath
 
 from core import storage
+from core.errors import ConfigError
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -51,6 +62,8 @@ class MetricsLogger:
         write: bool = True,
         stream: TextIO | None = None,
         prefix: str = "",
+        tensorboard_dir: epath.PathLike | None = None,
+        tensorboard_resume_step: int = 0,
     ):
         self.total_steps = total_steps
         self.global_batch = global_batch
@@ -63,6 +76,17 @@ class MetricsLogger:
         self._log = None
         if workdir is not None and write:
             self._log = storage.LineLog(storage.resolve(workdir) / "metrics.jsonl")
+        self._events = None
+        if tensorboard_dir is not None:
+            # Checked on every process: all of them fail alike, before the first step.
+            if not storage.is_local(tensorboard_dir):
+                raise ConfigError(
+                    f"train.tensorboard: event files are written to a local folder only, not "
+                    f"{str(tensorboard_dir)!r} (use a local workdir, or train.tensorboard=False "
+                    "and read metrics.jsonl)"
+                )
+            if write:
+                self._events = _event_writer(tensorboard_dir, tensorboard_resume_step)
         self._window_start = time.perf_counter()
         self._window_steps = 0
         self._window_tokens = 0.0
@@ -82,8 +106,7 @@ class MetricsLogger:
         if self._pending is not None:
             pending, self._pending = self._pending, None
             self._process(*pending)
-        if self._log:
-            self._log.sync()
+        self._sync()
 
     def log_eval(self, step: int, metrics: dict[str, Any]) -> None:
         values = {k: v for k, v in to_host(metrics).items() if not math.isnan(v)}
@@ -99,6 +122,9 @@ class MetricsLogger:
         if self._log:
             self._log.close()
             self._log = None
+        if self._events is not None:
+            self._events.close()
+            self._events = None
 
     def _process(self, step: int, metrics: dict[str, Any]) -> None:
         values = to_host(metrics)
@@ -123,6 +149,16 @@ class MetricsLogger:
     def _write(self, row: dict) -> None:
         if self._log:
             self._log.write(json.dumps(row) + "\n")
+        if self._events is not None:
+            for key, value in row.items():
+                if key != "step":
+                    self._events.add_scalar(key, value, global_step=row["step"])
+
+    def _sync(self) -> None:
+        if self._log:
+            self._log.sync()
+        if self._events is not None:
+            self._events.flush()
 
     def _console(self, step: int, values: dict[str, float]) -> None:
         now = time.perf_counter()
@@ -141,7 +177,16 @@ class MetricsLogger:
         self._first_logged_step = self._first_logged_step or step
         if self.write:
             print(" | ".join(parts), file=self.stream, flush=True)
-            if self._log:
-                self._log.sync()  # an object store's copy follows the console
+            self._sync()  # an object store's copy (and TensorBoard) follows the console
         self._window_start, self._window_steps, self._window_tokens = now, 0, 0.0
         self._window_sums, self._window_counts = {}, {}
+
+
+def _event_writer(directory: epath.PathLike, resume_step: int):
+    # Imported here: a run without TensorBoard does not load it.
+    import tensorboardX
+
+    # purge_step: TensorBoard hides the events of steps >= it written before (by the run this
+    # one resumes after its last checkpoint), as rewind_metrics drops those JSONL rows.
+    purge_step = resume_step + 1 if resume_step else None
+    return tensorboardX.SummaryWriter(os.fspath(directory), purge_step=purge_step)
