@@ -31,7 +31,7 @@ import numpy as np
 from etils import epath
 
 from core import storage
-from core.errors import ConfigError
+from core.errors import ConfigError, method_name
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -47,6 +47,20 @@ def format_duration(seconds: float) -> str:
 
 def to_host(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(np.asarray(v)) for k, v in jax.device_get(metrics).items()}
+
+
+def tensorboard_dir(config, workdir: epath.PathLike) -> epath.Path | None:
+    """Where `config.train.tensorboard` puts the event files (`<workdir>/tensorboard`; None when
+    off), or a one-line ConfigError for a gs:// workdir: called before anything is written."""
+    if not config.train.get("tensorboard"):
+        return None
+    if not storage.is_local(workdir):
+        raise ConfigError(
+            f"{method_name(config)}: train.tensorboard=True needs a local workdir, not "
+            f"{os.fspath(workdir)!r} (event files are written to a local folder only; "
+            "metrics.jsonl has the same rows)"
+        )
+    return storage.resolve(workdir) / "tensorboard"
 
 
 class MetricsLogger:

@@ -16,7 +16,7 @@ from tensorboardX.proto import event_pb2
 
 import methods
 from configs import dupa, lm, nab
-from core import profile, train
+from core import metrics, profile, train
 from core.errors import ConfigError
 from core.metrics import MetricsLogger
 
@@ -198,6 +198,15 @@ def test_tensorboard_resumed_run_hides_the_rows_after_its_checkpoint(tmp_path):
     starts = [e.step for e in events if e.session_log.status == event_pb2.SessionLog.START]
     assert starts == [3]
     assert {step for _, step in read_scalars(str(tmp_path))} == {3, 4}
+
+
+def test_tensorboard_dir_follows_the_config_and_refuses_a_bucket(tmp_path):
+    config = lm.get_config("size=smoke")
+    assert metrics.tensorboard_dir(config, str(tmp_path)) is None  # off by default
+    config.train.tensorboard = True
+    assert metrics.tensorboard_dir(config, str(tmp_path)) == tmp_path / "tensorboard"
+    with pytest.raises(ConfigError, match="^lm: train.tensorboard=True needs a local workdir"):
+        metrics.tensorboard_dir(config, "gs://bucket/run")
 
 
 def test_tensorboard_refuses_a_bucket_before_writing(tmp_path):
