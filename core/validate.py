@@ -54,7 +54,7 @@ def _train(c) -> None:
     _integer(c, "train.batch_size", t.batch_size, 1, "a positive integer")
     _integer(c, "train.log_every", t.log_every, 1, "a positive integer")
     _integer(c, "train.eval_every", t.eval_every, None, "an integer (>0 every N, 0 end, <0 never)")
-    _integer(c, "train.checkpoint_every", t.checkpoint_every, 0, "a non-negative integer (0: never)")
+    _integer(c, "train.checkpoint_every", t.checkpoint_every, 0, "an integer >= 0 (0: never)")
     _integer(c, "train.keep_checkpoints", t.keep_checkpoints, 1, "a positive integer")
 
 

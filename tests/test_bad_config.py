@@ -67,12 +67,10 @@ def test_bad_generic_values_are_one_line_errors_naming_method_and_field(name):
 
 def test_errors_raised_without_the_config_get_the_method_name_once():
     config = smoke_config("lm")
-    with pytest.raises(ConfigError, match=r"^lm: mesh too small$"):
-        with validate.naming(config):
-            raise ConfigError("mesh too small")
-    with pytest.raises(ConfigError, match=r"^lm: named already$"):
-        with validate.naming(config):
-            raise ConfigError("lm: named already")
+    with pytest.raises(ConfigError, match=r"^lm: mesh too small$"), validate.naming(config):
+        raise ConfigError("mesh too small")
+    with pytest.raises(ConfigError, match=r"^lm: named already$"), validate.naming(config):
+        raise ConfigError("lm: named already")
 
 
 @pytest.mark.skipif(
