@@ -20,7 +20,7 @@ import numpy as np
 from etils import epath
 from jax.sharding import Mesh
 
-from core import data, evaluation, optim, precision, preemption, sharding, storage
+from core import data, evaluation, optim, precision, preemption, profile, sharding, storage
 from core import metrics as metrics_lib
 from core import workdir as workdir_lib
 from core.checkpoint import Checkpointer, abstract_with_shardings
@@ -155,6 +155,7 @@ def plan(config, method: Method, *, devices=None) -> Plan:
     batch shapes come from one batch of each split read; no array is placed on a device, and
     nothing is written. `devices` may be another platform's (`jax.experimental.topologies`):
     the result can then be compiled, not run."""
+    profile.parse(config.train.get("profile", ""), config.train.steps, method=method_name(config))
     if method.needs_init_from and not config.train.get("init_from"):
         raise ConfigError(
             f"{method_name(config)}: evaluates another run's parameters: set train.init_from to "
@@ -282,6 +283,11 @@ def run(
     (no loss, no step) is evaluated once (`evaluate_only`).
     """
     p = plan(config, method, devices=devices)  # every check before anything is written
+    if config.train.get("tensorboard") and not storage.is_local(workdir):
+        raise ConfigError(
+            f"{method_name(config)}: train.tensorboard writes event files to a local workdir "
+            f"only, not {str(workdir)!r}; read metrics.jsonl there instead"
+        )
     workdir = storage.prepare_workdir(workdir)
     is_main = jax.process_index() == 0
     config_json = config.to_dict()
@@ -304,16 +310,23 @@ def run(
     logger = MetricsLogger(
         workdir,
         total_steps=train.steps,
-        global_batch=train.batch_size,
+        global_batch=train.batch_size if method.dataset is not None else 0,
         log_every=train.log_every,
         write=is_main,
+        tensorboard_dir=workdir / "tensorboard" if train.get("tensorboard") else None,
+        tensorboard_resume_step=start,
+    )
+    profiler = profile.StepProfiler(
+        train.get("profile", ""), train.steps, workdir, write=is_main, method=method_name(config)
     )
     watcher = preemption.PreemptionWatcher()
     step, preempted = start, False
     every = train.eval_every
     try:
         for step in range(start + 1, train.steps + 1):
+            profiler.before(step)
             state, metrics = session.step(state, session.next_batch())
+            profiler.after(step, (state, metrics))
             logger.push(step, metrics)
             state = apply_hook(session, state, step)
             if train.checkpoint_every and step % train.checkpoint_every == 0:
@@ -336,6 +349,7 @@ def run(
         elif due := [s for s in session.streams if s.at_end(train.steps, every)]:
             logger.log_eval(train.steps, evaluate(session, state, due))
     finally:
+        profiler.close()
         watcher.close()
         logger.close()
         ckpt.close()
