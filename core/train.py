@@ -20,7 +20,17 @@ import numpy as np
 from etils import epath
 from jax.sharding import Mesh
 
-from core import data, evaluation, optim, precision, preemption, profile, sharding, storage
+from core import (
+    data,
+    evaluation,
+    optim,
+    precision,
+    preemption,
+    profile,
+    sharding,
+    storage,
+    validate,
+)
 from core import metrics as metrics_lib
 from core import workdir as workdir_lib
 from core.checkpoint import Checkpointer, abstract_with_shardings
@@ -155,6 +165,12 @@ def plan(config, method: Method, *, devices=None) -> Plan:
     batch shapes come from one batch of each split read; no array is placed on a device, and
     nothing is written. `devices` may be another platform's (`jax.experimental.topologies`):
     the result can then be compiled, not run."""
+    with validate.naming(config):  # every error names the method
+        return _plan(config, method, devices)
+
+
+def _plan(config, method: Method, devices) -> Plan:
+    validate.config(config)
     profile.parse(config.train.get("profile", ""), config.train.steps, method=method_name(config))
     if method.needs_init_from and not config.train.get("init_from"):
         raise ConfigError(
@@ -283,11 +299,7 @@ def run(
     (no loss, no step) is evaluated once (`evaluate_only`).
     """
     p = plan(config, method, devices=devices)  # every check before anything is written
-    if config.train.get("tensorboard") and not storage.is_local(workdir):
-        raise ConfigError(
-            f"{method_name(config)}: train.tensorboard writes event files to a local workdir "
-            f"only, not {str(workdir)!r}; read metrics.jsonl there instead"
-        )
+    events = metrics_lib.tensorboard_dir(config, workdir)
     workdir = storage.prepare_workdir(workdir)
     is_main = jax.process_index() == 0
     config_json = config.to_dict()
@@ -313,7 +325,7 @@ def run(
         global_batch=train.batch_size if method.dataset is not None else 0,
         log_every=train.log_every,
         write=is_main,
-        tensorboard_dir=workdir / "tensorboard" if train.get("tensorboard") else None,
+        tensorboard_dir=events,
         tensorboard_resume_step=start,
     )
     profiler = profile.StepProfiler(
