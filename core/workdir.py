@@ -7,8 +7,8 @@ every run is kept. Every file operation goes through `core.storage` (a local fol
 """
 
 import json
-import os
 import time
+import uuid
 from typing import Any
 
 from etils import epath
@@ -55,11 +55,22 @@ def check_and_record_config(
                 "use another workdir, or pass --allow_config_change to continue it anyway"
             )
     if write:
-        (workdir / "runs").mkdir(parents=True, exist_ok=True)
         text = json.dumps(config, indent=2)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        for target in (path, workdir / "runs" / f"{stamp}-{os.getpid()}.json"):
+        for target in (path, new_run_record(workdir)):  # (which creates runs/ and workdir)
             storage.write_atomic(target, text)
+
+
+def new_run_record(workdir: epath.Path) -> epath.Path:
+    """A new path in `<workdir>/runs/`: `<YYYYmmdd-HHMMSS>-<n>-<token>.json`. n counts the
+    records of that second already there, so one process's starts never share a name and sort
+    in start order; the random token (48 bits) keeps apart processes or hosts that counted the
+    same n at once (an object store has no exclusive create to make them take turns, and an
+    exists() check would race the same way)."""
+    runs = workdir / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    n = len(list(runs.glob(f"{stamp}-*.json")))
+    return runs / f"{stamp}-{n:03d}-{uuid.uuid4().hex[:12]}.json"
 
 
 def rewind_metrics(workdir: epath.PathLike, step: int) -> None:
