@@ -18,10 +18,14 @@ N times the storage for little more insight. To look at a straggler, run the pro
 that host as process 0 or trace it by hand (`jax.profiler.trace`).
 
 A run that resumes past `first` starts tracing at its first step inside the range; one that
-stops early (preemption, an error) has the trace stopped and written by `close()`.
+stops early (preemption, an error) has the trace stopped and written by `close()`. A trace that
+cannot be written (an unreachable bucket, a full disk) is reported on stderr and the run goes
+on: an instrument must not end the run it observes. A `gs://` workdir is passed to jax.profiler
+as it is: jaxlib writes it with its own GCS client (not tested here against a real bucket).
 """
 
 import os
+import sys
 
 import jax
 from etils import epath
@@ -112,5 +116,17 @@ class StepProfiler:
 
     def _stop(self) -> None:
         self._tracing, self._done = False, True
-        jax.profiler.stop_trace()
-        print(f"profile of steps {self.range[0]}:{self.range[1]} in {self.directory}", flush=True)
+        first, last = self.range
+        try:
+            jax.profiler.stop_trace()
+        except Exception as e:  # jaxlib raises its own runtime error types
+            # An instrument must not end the run it observes: the trace is lost, training goes
+            # on. (jax then still counts a trace as running: no other starts in this process.)
+            message = str(e).splitlines()[0] if str(e) else type(e).__name__
+            print(
+                f"profile of steps {first}:{last} not written to {self.directory}: {message}",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
+        print(f"profile of steps {first}:{last} in {self.directory}", flush=True)

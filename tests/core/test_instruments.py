@@ -7,6 +7,8 @@ import io
 import json
 import os
 import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -82,6 +84,27 @@ def test_profile_stops_the_trace_of_a_run_that_fails_inside_the_range(tmp_path):
     annotated, _ = traced_runs(str(tmp_path))
     assert annotated == {2}
     profiled_loop("1:1", 1, str(tmp_path / "again"))  # no trace was left running
+
+
+def test_profile_that_cannot_be_written_does_not_end_the_run(tmp_path):
+    # In a child process: jax keeps counting a trace whose export failed as running, which would
+    # refuse every later trace in this one.
+    (tmp_path / "profile").write_text("a file where the trace folder should be")
+    script = (
+        "from tests.core import test_instruments as t; "
+        f"t.profiled_loop('1:2', 3, {str(tmp_path)!r}); print('the run went on')"
+    )
+    child = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=pathlib.Path(__file__).parents[2],  # the repository root: `tests` imports from it
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "the run went on" in child.stdout
+    assert "profile of steps 1:2 not written to" in child.stderr
 
 
 def test_profile_off_and_on_other_processes_writes_nothing(tmp_path):
