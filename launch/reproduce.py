@@ -8,7 +8,8 @@
 For each method it runs `methods/<slug>/experiment.py: run(workdir, quick=...)`, prints a table of
 the paper's claims with the measured numbers and whether each holds, and writes
 `<out>/<slug>.json` and `<out>/<slug>.md`; it ends with one table of every claim of every method
-run (held / total, total duration), also at the top of `<out>/REPORT.md`.
+run (held / total, total duration), also at the top of `<out>/REPORT.md` (a quick run: one table
+per method, see below).
 
 JAX's persistent compilation cache is on (`core.compile_cache`: `$JAX_COMPILATION_CACHE_DIR`,
 else `~/.cache/iclr26-jax`), so the seeds of one experiment compile each program once.
@@ -22,6 +23,11 @@ without a results file, gets a one-line message and is left out. An experiment i
 (each with its own record: methods/flow_mtp) names its full runs' records in
 `RESULT_RUNS = ("full", "full_<part>", ...)`; `claims_from_results` gets each record in turn and
 reads its part from `record["run"]`. Quick runs are one record ("quick").
+
+A quick run (also `--quick --from_results`) ends with each method's claims beside the committed
+full run's, re-derived as `--from_results` does (nothing retrained), and counts the two
+separately (`launch.claims_table`): a smoke check at reduced size is not a reproduction, and the
+full runs' verdicts are what say whether a claim holds.
 """
 
 import importlib
@@ -30,6 +36,7 @@ import os
 import shutil
 import sys
 import time
+from typing import NamedTuple
 
 from absl import app, flags, logging
 
@@ -68,22 +75,19 @@ def claim_rows(reports) -> list[tuple[str, ...]]:
     ]
 
 
-def format_table(rows, header) -> str:
-    rows = [header, *rows]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(f"{v:<{w}}" for v, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    )
+def print_table(report, quick: bool = False) -> None:
+    from launch.claims_table import SMOKE, format_table
 
-
-def print_table(report) -> None:
-    print(f"\n== {report.method} ({report.wall_seconds:.0f} s)")
+    size = f"quick run, {SMOKE}; " if quick else ""
+    print(f"\n== {report.method} ({size}{report.wall_seconds:.0f} s)")
     rows = [row[1:] for row in claim_rows([report])]
     print(format_table(rows, ("claim", "measured [interval]", "n", "target", "holds")))
 
 
 def summary(reports) -> str:
     """One table of every method's claims, then held / total and the total duration."""
+    from launch.claims_table import format_table
+
     held = sum(c.holds for r in reports for c in r.claims)
     total = sum(len(r.claims) for r in reports)
     seconds = sum(r.wall_seconds for r in reports)
@@ -133,23 +137,31 @@ def run_one(name: str, out: str, quick: bool):
 def derive_one(name: str, out: str, quick: bool):
     """The report re-derived from the method's saved results, or None (with a one-line
     message) when the method has no `claims_from_results` or no results file."""
+    report = derive(name, out, quick)
+    if isinstance(report, str):
+        print(report)
+        return None
+    return report
+
+
+def derive(name: str, out: str, quick: bool):
+    """The report re-derived from the method's saved results (full: the committed ones), or a
+    one-line message saying why it cannot be."""
     from core import results
     from core.claims import Report
     from core.errors import ConfigError
 
     experiment = importlib.import_module(f"methods.{name}.experiment")
     if not hasattr(experiment, "claims_from_results"):
-        print(f"{name}: no claims_from_results(results) in methods/{name}/experiment.py yet; "
-              f"rerun it instead: python -m launch.reproduce --methods={name}")  # fmt: skip
-        return None
+        return (f"{name}: no claims_from_results(results) in methods/{name}/experiment.py yet; "
+                f"rerun it instead: python -m launch.reproduce --methods={name}")  # fmt: skip
     runs = ("quick",) if quick else tuple(getattr(experiment, "RESULT_RUNS", ("full",)))
     claims, sources = [], []
     for run in runs:
         try:
             record = results.load(name, run, results_root(out, quick))
         except ConfigError as e:
-            print(e)
-            return None
+            return str(e)
         claims += experiment.claims_from_results(record)
         code = record.get("code", {})
         dirty = " (uncommitted changes)" if code.get("git_dirty") else ""
@@ -168,9 +180,31 @@ def derive_one(name: str, out: str, quick: bool):
     )
 
 
+def beside_full_run(report, out: str):
+    """A quick run's report beside its method's committed full run (re-derived, as by
+    `--from_results`: nothing retrained)."""
+    from launch.claims_table import SideBySide
+
+    full = derive(report.method, out, quick=False)  # full: the committed files, whatever --out
+    if isinstance(full, str):
+        return SideBySide(report, None, why_no_full=full)
+    return SideBySide(report, full)
+
+
+class Job(NamedTuple):
+    reports: list  # this run's, one per method
+    sides: list | None  # quick runs: each report beside its committed full run (SideBySide)
+
+
 def reproduce(names: list[str], out: str, quick: bool, from_results: bool = False) -> list:
+    """Run (or re-derive) each method's experiment; its reports, in order."""
+    return run_job(names, out, quick, from_results).reports
+
+
+def run_job(names: list[str], out: str, quick: bool, from_results: bool = False) -> Job:
     from core import storage
     from core.errors import ConfigError
+    from launch import claims_table
 
     storage.require_local(out, what="--out")  # reports, figures and experiment workdirs
 
@@ -179,21 +213,25 @@ def reproduce(names: list[str], out: str, quick: bool, from_results: bool = Fals
     if unknown:
         raise ConfigError(f"no experiment for {unknown}; available: {', '.join(known)}")
     os.makedirs(out, exist_ok=True)
-    reports = []
+    reports, sides = [], []
     for name in names:
         report = derive_one(name, out, quick) if from_results else run_one(name, out, quick)
         if report is None:
             continue
-        print_table(report)
+        print_table(report, quick)
         with open(os.path.join(out, f"{name}.json"), "w") as f:
             json.dump(report.to_dict(), f, indent=2)
         with open(os.path.join(out, f"{name}.md"), "w") as f:
+            if quick:
+                sides.append(beside_full_run(report, out))
+                f.write(claims_table.markdown_table(sides[-1], level=2) + "\n")
             f.write(report.markdown())
         reports.append(report)
+    overview = claims_table.markdown_summary(sides) if quick else summary_markdown(reports)
     with open(os.path.join(out, "REPORT.md"), "w") as f:
-        f.write("# Reproduction report\n\n" + summary_markdown(reports) + "\n")
+        f.write("# Reproduction report\n\n" + overview + "\n")
         f.write("\n".join(r.markdown() for r in reports))
-    return reports
+    return Job(reports, sides if quick else None)
 
 
 def main(argv):
@@ -208,13 +246,19 @@ def main(argv):
     compile_cache.enable()
     names = _METHODS.value or with_experiment()
     try:
-        reports = reproduce(names, _OUT.value, _QUICK.value, _FROM_RESULTS.value)
+        reports, sides = run_job(names, _OUT.value, _QUICK.value, _FROM_RESULTS.value)
     except ConfigError as e:
         sys.exit(f"error: {e}")
     except preemption.Preempted as e:
         print(e, flush=True)  # a clean exit, as for a preempted launch.train
         return
-    print(f"\n== all claims\n{summary(reports)}; reports in {os.path.abspath(_OUT.value)}/")
+    where = f"reports in {os.path.abspath(_OUT.value)}/"
+    if sides is None:
+        print(f"\n== all claims\n{summary(reports)}; {where}")
+    else:
+        from launch.claims_table import text_summary
+
+        print(f"\n== all claims\n{text_summary(sides)}; {where}")
     held = sum(c.holds for r in reports for c in r.claims)
     total = sum(len(r.claims) for r in reports)
     if _STRICT.value and held < total:

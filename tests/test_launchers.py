@@ -311,3 +311,52 @@ def test_from_results_reads_every_part_of_a_multi_part_experiment(tmp_path, caps
     assert [c.to_dict() for c in report.claims] == [c.to_dict() for c in expected]
     assert len({c.metric for c in report.claims}) == len(report.claims)  # no part read twice
     assert all(f"results/{run}.json" in report.notes for run in experiment.RESULT_RUNS)
+
+
+def test_a_quick_run_shows_each_claim_beside_the_committed_full_run(tmp_path, monkeypatch):
+    """The quick run's report beside doit's committed full run, re-derived exactly as
+    `--from_results` does and never retrained; the tables and counts in the markdown files."""
+    from core.claims import IntervalClaim, Report
+    from launch import reproduce
+    from methods.doit import experiment as doit_experiment
+
+    full_job = reproduce.run_job(["doit"], str(tmp_path / "full"), False, from_results=True)
+    assert full_job.sides is None  # a full run (here re-derived) is reported as before
+    (full,) = full_job.reports
+    shared, full_only = full.claims[0], full.claims[1:]
+    quick_claims = [
+        IntervalClaim.at_least("a claim only the quick run makes", "quick/only", [1, 1, 1], 0.5),
+        IntervalClaim.at_least(shared.text, shared.metric, [0.0, 0.1, 0.2], 0.5),  # fails
+    ]
+    trained = []
+
+    def fake_run_one(name, out, quick):  # the only way to training: the quick run's alone
+        trained.append((name, quick))
+        return Report(name, quick_claims, {}, wall_seconds=4.0)
+
+    monkeypatch.setattr(reproduce, "run_one", fake_run_one)
+    out = tmp_path / "quick"
+    job = reproduce.run_job(["doit"], str(out), quick=True)
+    assert trained == [("doit", True)]
+    (side,) = job.sides
+    assert [c.to_dict() for c in side.full.claims] == [c.to_dict() for c in full.claims]
+    assert [(r.full, r.quick) for r in side.rows] == [
+        (shared, quick_claims[1]),
+        *((c, None) for c in full_only),
+        (None, quick_claims[0]),
+    ]
+    page, report = (out / "doit.md").read_text(), (out / "REPORT.md").read_text()
+    held = sum(c.holds for c in full.claims)
+    for text in (page, report):
+        assert "smoke check at reduced size" in text
+        assert f"| {shared.text} | {shared.measured_text()} |" in text
+        assert text.count("| not in quick run |") == len(full_only)
+        assert text.count("| not in full run |") == 1
+    assert f"full runs (committed): {held} of {len(full.claims)} claims hold" in report
+    assert "this quick run (smoke, reduced size): 1 of 2 claims hold" in report
+
+    # Without a committed full run (here: its files renamed away), every row says so.
+    monkeypatch.setattr(doit_experiment, "RESULT_RUNS", ("full_not_committed",))
+    (side,) = reproduce.run_job(["doit"], str(out), quick=True).sides
+    assert side.full is None and "no results file" in side.why_no_full
+    assert (out / "doit.md").read_text().count("| no full run |") == len(quick_claims)
