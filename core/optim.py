@@ -1,7 +1,15 @@
-"""optax from config: `make(config.optim)` builds the optimiser and its schedule."""
+"""optax from config: `make(config.optim)` builds the optimiser and its schedule; `scoped`
+gives each labelled part of the parameters its own optimiser (or none: frozen)."""
 
+import re
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
 import optax
 
+from core import sharding
 from core.errors import ConfigError
 
 _OPTIMIZERS = {
@@ -43,3 +51,98 @@ def make(config, total_steps: int) -> optax.GradientTransformation:
     if config.grad_clip:
         tx = optax.chain(optax.clip_by_global_norm(config.grad_clip), tx)
     return tx
+
+
+class ScopedState(NamedTuple):
+    """`scoped`'s optimiser state: each label's state over its own leaves only (every other
+    leaf is an `optax.MaskedNode`, which holds no array), so frozen leaves have no state."""
+
+    inner: dict  # label -> that label's optimiser state
+
+
+class Scoped(optax.GradientTransformationExtraArgs):
+    """`scoped`'s transformation: optax's (init, update), with extra args passed on to every
+    label's optimiser, plus `trained(params)`, the flat list of which leaves some optimiser
+    updates (`core.steps.gradient_step` differentiates only those)."""
+
+    def __new__(cls, init, update, trained):
+        self = super().__new__(cls, init, update)
+        self.trained = trained
+        return self
+
+
+def scoped(
+    rules: Sequence[tuple[str, str | None]], txs: Mapping[str, optax.GradientTransformation]
+) -> Scoped:
+    """An optimiser per labelled part of the parameters (in the spirit of
+    `optax.multi_transform`): a leaf takes the label of the first `(regex, label)` rule whose
+    regex `re.search`es its "/"-joined path ("encoder/layer_0/kernel", as `core.sharding`
+    names it) and is updated by `txs[label]` alone, which sees (and, for adamw, decays) only
+    its own leaves. Label None freezes a part: no optimiser state, and an update of -0.0
+    (p + -0.0 is p bitwise, even for p = -0.0; `gradient_step` skips the frozen leaves
+    altogether). A parameter no rule covers, or a rule that covers none, is a ConfigError when
+    the state is initialised.
+
+        scoped([(r"^encoder/", None), (r"^head/", "head")], {"head": optax.adamw(1e-3)})
+    """
+    rules = tuple(rules)
+    used = {label for _, label in rules} - {None}
+    if used != set(txs):
+        raise ConfigError(
+            f"core.optim.scoped: rule labels {sorted(used)} must be the optimisers' "
+            f"{sorted(txs)} (label None freezes a part)"
+        )
+    txs = {label: optax.with_extra_args_support(tx) for label, tx in txs.items()}
+
+    def labels(tree) -> list[str | None]:
+        """The label of each leaf of `tree` (params, or updates shaped like them)."""
+        out, matched = [], set()
+        for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            name = sharding.path_str(path)
+            index = next((i for i, (regex, _) in enumerate(rules) if re.search(regex, name)), None)
+            if index is None:
+                raise ConfigError(f"core.optim.scoped: parameter {name!r} matches no rule")
+            matched.add(index)
+            out.append(rules[index][1])
+        for i, (regex, label) in enumerate(rules):
+            if i not in matched:
+                raise ConfigError(
+                    f"core.optim.scoped: rule {regex!r} (label {label!r}) matches no parameter"
+                )
+        return out
+
+    def only(tree, tree_labels, label):
+        """`tree` with every leaf not labelled `label` replaced by a MaskedNode."""
+        leaves, treedef = jax.tree.flatten(tree)
+        kept = [
+            x if tag == label else optax.MaskedNode()
+            for x, tag in zip(leaves, tree_labels, strict=True)
+        ]
+        return jax.tree.unflatten(treedef, kept)
+
+    def init(params):
+        tree_labels = labels(params)
+        return ScopedState(
+            {label: tx.init(only(params, tree_labels, label)) for label, tx in txs.items()}
+        )
+
+    def update(updates, state, params=None, **extra_args):
+        tree_labels = labels(updates)
+        leaves, treedef = jax.tree.flatten(updates)
+        # Frozen: -0.0, the one addend that leaves every float bitwise as it is.
+        out = [
+            jnp.full_like(u, -0.0) if tag is None else None
+            for u, tag in zip(leaves, tree_labels, strict=True)
+        ]
+        inner = {}
+        for label, tx in txs.items():
+            own_params = None if params is None else only(params, tree_labels, label)
+            own_updates, inner[label] = tx.update(
+                only(updates, tree_labels, label), state.inner[label], own_params, **extra_args
+            )
+            positions = [i for i, tag in enumerate(tree_labels) if tag == label]
+            for i, u in zip(positions, jax.tree.leaves(own_updates), strict=True):
+                out[i] = u
+        return jax.tree.unflatten(treedef, out), ScopedState(inner)
+
+    return Scoped(init, update, lambda params: [tag is not None for tag in labels(params)])

@@ -13,21 +13,78 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from core import optim
 from core.errors import ConfigError
 
 
-def gradient_step(loss: Callable, tx: optax.GradientTransformation) -> Callable:
-    """Plain gradient descent on `loss(params, batch, *, rng, extra) -> (value, metrics)`."""
+def gradient_step(
+    loss: Callable,
+    tx: optax.GradientTransformation,
+    *,
+    update_args: Callable | None = None,
+    opt_metrics: Callable | None = None,
+) -> Callable:
+    """Plain gradient descent on `loss(params, batch, *, rng, extra) -> (value, metrics)`.
+
+    update_args: `(value, metrics) -> dict` of keyword arguments for `tx.update` (optax's extra
+      args, e.g. `{"value": 1 - metrics["accuracy"]}` for `optax.contrib.reduce_on_plateau`).
+    opt_metrics: `(opt_state) -> dict` of metrics read from the updated optimiser state (e.g.
+      that plateau's scale), logged beside the loss's.
+    A `core.optim.scoped` tx: only its trained leaves are differentiated (and enter
+    "grad_norm"); frozen leaves come back as the very arrays they were."""
 
     def step(state, batch, *, rng):
-        grad_fn = jax.value_and_grad(loss, has_aux=True)
-        (value, metrics), grads = grad_fn(state.params, batch, rng=rng, extra=state.extra)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        metrics = {"loss": value, **metrics, "grad_norm": optax.tree.norm(grads)}
+        value, metrics, grads, norm = _value_and_grads(loss, tx, state, batch, rng)
+        kwargs = {} if update_args is None else update_args(value, metrics)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params, **kwargs)
+        params = _apply(tx, state.params, updates)
+        metrics = {"loss": value, **metrics, "grad_norm": norm}
+        if opt_metrics is not None:
+            metrics = {**metrics, **opt_metrics(opt_state)}
         return state.replace(params=params, opt_state=opt_state), metrics
 
     return step
+
+
+def _trained(tx, params) -> list[bool] | None:
+    """Which leaves of `params` a `core.optim.scoped` tx updates (None: every leaf)."""
+    return tx.trained(params) if isinstance(tx, optim.Scoped) else None
+
+
+def _value_and_grads(loss, tx, state, batch, rng):
+    """The loss, its metrics, its gradient (zeros at leaves the tx leaves frozen, which it
+    never reads, so XLA drops them) and the norm of the trained leaves' gradients."""
+    trained = _trained(tx, state.params)
+    if trained is None:
+        grad_fn = jax.value_and_grad(loss, has_aux=True)
+        (value, metrics), grads = grad_fn(state.params, batch, rng=rng, extra=state.extra)
+        return value, metrics, grads, optax.tree.norm(grads)
+    leaves, treedef = jax.tree.flatten(state.params)
+
+    def loss_of_trained(trained_leaves):
+        it = iter(trained_leaves)
+        merged = [next(it) if t else x for x, t in zip(leaves, trained, strict=True)]
+        return loss(jax.tree.unflatten(treedef, merged), batch, rng=rng, extra=state.extra)
+
+    own = [x for x, t in zip(leaves, trained, strict=True) if t]
+    (value, metrics), own_grads = jax.value_and_grad(loss_of_trained, has_aux=True)(own)
+    it = iter(own_grads)
+    grads = [next(it) if t else jnp.zeros_like(x) for x, t in zip(leaves, trained, strict=True)]
+    return value, metrics, jax.tree.unflatten(treedef, grads), optax.tree.norm(own_grads)
+
+
+def _apply(tx, params, updates):
+    """`optax.apply_updates`, leaving a scoped tx's frozen leaves untouched (no arithmetic)."""
+    trained = _trained(tx, params)
+    if trained is None:
+        return optax.apply_updates(params, updates)
+    leaves, treedef = jax.tree.flatten(params)
+    update_leaves = treedef.flatten_up_to(updates)
+    new = [
+        optax.apply_updates(p, u) if t else p
+        for p, u, t in zip(leaves, update_leaves, trained, strict=True)
+    ]
+    return jax.tree.unflatten(treedef, new)
 
 
 def microbatched(loss: Callable, num_microbatches: int) -> Callable:
