@@ -192,6 +192,8 @@ def _plan(config, method: Method, devices) -> Plan:
         abstract, mesh, method.sharding_rules, config.get("fsdp_min_size", 2**14)
     )
     streams = evaluation.streams(config, method, mesh, state_shardings, batch_sharding)
+    if not method.trains and not streams:
+        raise ConfigError("no loss, no step and no evaluation: nothing to run")
     step = None
     if method.trains:
         method_step = method.step or gradient_step(method.loss, tx)
@@ -373,12 +375,13 @@ def run(
 def evaluate_only(session: Session, workdir: epath.Path) -> RunResult:
     """The run of a method that trains nothing: its initial state (init, host weights or
     `train.init_from`) evaluated once, logged at step 0 like any evaluation."""
-    if not session.streams:
-        raise ConfigError(
-            f"{method_name(session.config)}: no loss, no step and no evaluation: nothing to run"
-        )
     logger = MetricsLogger(
-        workdir, total_steps=0, global_batch=0, log_every=1, write=jax.process_index() == 0
+        workdir,
+        total_steps=0,
+        global_batch=0,
+        log_every=1,
+        write=jax.process_index() == 0,
+        tensorboard_dir=metrics_lib.tensorboard_dir(session.config, workdir),
     )
     try:
         logger.log_eval(0, evaluate(session, session.state))
