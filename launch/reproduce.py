@@ -183,9 +183,13 @@ def derive(name: str, out: str, quick: bool):
 def beside_full_run(report, out: str):
     """A quick run's report beside its method's committed full run (re-derived, as by
     `--from_results`: nothing retrained)."""
+    from core.errors import ConfigError
     from launch.claims_table import SideBySide
 
-    full = derive(report.method, out, quick=False)  # full: the committed files, whatever --out
+    try:  # full: the committed files, whatever --out
+        full = derive(report.method, out, quick=False)
+    except ConfigError as e:  # a committed record its code refuses: the quick run still reports
+        full = str(e)
     if isinstance(full, str):
         return SideBySide(report, None, why_no_full=full)
     return SideBySide(report, full)
@@ -221,9 +225,10 @@ def run_job(names: list[str], out: str, quick: bool, from_results: bool = False)
         print_table(report, quick)
         with open(os.path.join(out, f"{name}.json"), "w") as f:
             json.dump(report.to_dict(), f, indent=2)
+        if quick:
+            sides.append(beside_full_run(report, out))
         with open(os.path.join(out, f"{name}.md"), "w") as f:
             if quick:
-                sides.append(beside_full_run(report, out))
                 f.write(claims_table.markdown_table(sides[-1], level=2) + "\n")
             f.write(report.markdown())
         reports.append(report)

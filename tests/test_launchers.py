@@ -317,6 +317,7 @@ def test_a_quick_run_shows_each_claim_beside_the_committed_full_run(tmp_path, mo
     """The quick run's report beside doit's committed full run, re-derived exactly as
     `--from_results` does and never retrained; the tables and counts in the markdown files."""
     from core.claims import IntervalClaim, Report
+    from core.errors import ConfigError
     from launch import reproduce
     from methods.doit import experiment as doit_experiment
 
@@ -360,3 +361,13 @@ def test_a_quick_run_shows_each_claim_beside_the_committed_full_run(tmp_path, mo
     (side,) = reproduce.run_job(["doit"], str(out), quick=True).sides
     assert side.full is None and "no results file" in side.why_no_full
     assert (out / "doit.md").read_text().count("| no full run |") == len(quick_claims)
+    # A committed record its code refuses: the quick run still reports, saying why.
+    monkeypatch.undo()
+    monkeypatch.setattr(reproduce, "run_one", fake_run_one)
+
+    def refuse(record):
+        raise ConfigError(f"doit: {record['run']} record refused")
+
+    monkeypatch.setattr(doit_experiment, "claims_from_results", refuse)
+    (side,) = reproduce.run_job(["doit"], str(out), quick=True).sides
+    assert side.full is None and side.why_no_full == "doit: full record refused"
