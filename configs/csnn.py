@@ -24,6 +24,7 @@ number is the training accuracy, the ability to fit). methods/csnn/README.md cit
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg
+from core.declarations import Declarations
 
 # Per task: the model shape shared by every kind, and the training budget. Minesweeper as the
 # official run (d = 3, C = 32, 5 layers, dropout 0.2 at every layer, lr 2e-3, no left weights)
@@ -69,6 +70,12 @@ def _int(field: str, value: str) -> int:
         return int(value)
     except ValueError:
         raise ConfigError(f"{field}={value!r} is not an integer") from None
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations).
+DECLARATIONS = Declarations(
+    largest_overrides={"data.side": 128, "train.batch_size": 128**2},
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

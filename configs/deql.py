@@ -17,6 +17,7 @@ Recall@20/50 and NDCG@100; test users are never touched here.
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg
+from core.declarations import Declarations
 
 MODELS = {
     # lam is on each model's own scale (DEQL's H0 carries p a^2 (1 - p)^2).
@@ -31,6 +32,11 @@ SIZES = {
     "smoke": dict(source="synthetic", users=60, items=40, n_heldout=8, batch=64),
     "ml100k": dict(source="ml100k", users=0, items=0, n_heldout=100, batch=1024),
 }
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations): the
+# defaults (the largest config is the default one).
+DECLARATIONS = Declarations()
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

@@ -12,6 +12,7 @@ printed: kappa's halving rule). One train step is one cycle of `doit.tau` steps
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg
+from core.declarations import Declarations
 
 SIZES = {  # cycles, tau, cold-start cycles (full: the 2-D functions' 2000 steps)
     "smoke": dict(steps=4, tau=5, n_ini=2),
@@ -45,6 +46,16 @@ POOLS = {
         "adam": {"kind": "adam", "lr": 3e-2},
     },
 }
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations).
+DECLARATIONS = Declarations(
+    # The digits MLP: the 2-D functions have no batch, so nothing to spread over chips.
+    largest="size=full,task=digits",
+    largest_overrides={"train.batch_size": 256},
+    aot_smoke="size=smoke,task=digits",
+    no_matmul="its default task is a 2-D test function (Rosenbrock): elementwise arithmetic only",
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

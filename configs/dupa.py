@@ -17,6 +17,7 @@ import os
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg, set_training
+from core.declarations import Declarations
 
 # arm -> config.dupa fields and the batch factor (images per step: B or 2B).
 ARMS = {
@@ -42,6 +43,13 @@ SIZES = {
     "quick": dict(d=32, heads=2, ff=64, enc=4, dec=2, align=1, steps=150, batch=32, samples=100),
     "full": dict(d=64, heads=4, ff=128, enc=4, dec=2, align=1, steps=450, batch=32, samples=200),
 }
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations).
+DECLARATIONS = Declarations(
+    largest="size=full,arm=dupa",
+    largest_overrides={"train.batch_size": 256},
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

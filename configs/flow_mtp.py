@@ -11,6 +11,7 @@ prediction). Any field can be overridden, e.g. --config.ptp.completion_len=8.
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg, set_training
+from core.declarations import Declarations
 
 SIZES = {
     # layers, d_model, heads, d_ff, context C, completion L, steps, batch, lr; completions
@@ -42,6 +43,13 @@ SIZES = {
     ),
 }
 U = {"on": True, "off": False}
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations).
+DECLARATIONS = Declarations(
+    largest="size=toy",
+    largest_overrides={"train.batch_size": 256},
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

@@ -15,6 +15,7 @@ optimiser: the step is the learner's (methods/hybrid_online/__init__.py).
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg
+from core.declarations import Declarations
 
 SIZES = {
     # steps, rounds per step (batch), log/checkpoint every
@@ -22,6 +23,16 @@ SIZES = {
     "quick": dict(steps=400, batch=1, log_every=50, checkpoint_every=200),
     "full": dict(steps=2000, batch=1, log_every=100, checkpoint_every=500),
 }
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations).
+DECLARATIONS = Declarations(
+    # One round per step in the full run; 256 rounds per step over 8 steps: T = 2048.
+    largest="size=full",
+    largest_overrides={"train.batch_size": 256, "train.steps": 8},
+    no_matmul="an online learner over sorted buffers: sorts and cumulative sums",
+    sequential="an online learner: every chip plays the same rounds",
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

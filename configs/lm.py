@@ -10,6 +10,7 @@ parity | modular). Any field can be overridden, e.g. --config.task.length=32.
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg, set_training
+from core.declarations import Declarations
 
 # Task parameters, passed to core.tasks.make_task(name, **options).
 TASKS = {
@@ -29,6 +30,12 @@ SIZES = {
         num_layers=8, d_model=512, num_heads=8, d_ff=2048, steps=20000, batch_size=256, lr=3e-4
     ),
 }
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations).
+DECLARATIONS = Declarations(
+    largest="size=base",
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

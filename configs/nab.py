@@ -13,6 +13,7 @@ can be overridden, e.g. --config.model.rff_sigma=2.0 --config.data.object_seed=3
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg, set_training
+from core.declarations import Declarations
 
 ENCODINGS = ("nab", "rff")
 PHANTOMS = ("industrial", "curved", "shepp_logan")
@@ -23,6 +24,12 @@ SIZES = {
     "small": dict(size=64, num_features=456, hidden=128, depth=3, steps=1500, lr=1e-3),
     "paper": dict(size=128, num_features=456, hidden=256, depth=3, steps=3000, lr=1e-3),
 }
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations).
+DECLARATIONS = Declarations(
+    largest="size=paper,views=256",
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

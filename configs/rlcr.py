@@ -12,6 +12,7 @@ sampled `grpo.group_size` times. Any field can be overridden, e.g. --config.rewa
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg
+from core.declarations import Declarations
 
 # Reward weights (format, correct, brier): the official 0.5 / 0.5 / 0.5; RLVR drops the Brier.
 ARMS = {"rlcr": (0.5, 0.5, 0.5), "rlvr": (0.5, 0.5, 0.0)}
@@ -21,6 +22,13 @@ SIZES = {
     "smoke": dict(layers=1, d_model=32, heads=2, d_ff=64, warm=1, rl=1, prompts=8, group=4),
     "small": dict(layers=2, d_model=128, heads=4, d_ff=256, warm=100, rl=400, prompts=64, group=16),
 }
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations).
+DECLARATIONS = Declarations(
+    largest="size=small",
+    largest_overrides={"train.batch_size": 256},
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

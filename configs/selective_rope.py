@@ -14,6 +14,7 @@ selective variant's parameter count (model.match_params).
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg, set_training
+from core.declarations import Declarations
 
 MODELS = ("gla", "transformer")
 POSITIONS = ("selective", "rope", "none")
@@ -31,6 +32,13 @@ SIZES = {
         num_layers=1, d_model=64, num_heads=4, d_ff=128, steps=1000, batch_size=128, lr=2e-3
     ),
 }
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations).
+DECLARATIONS = Declarations(
+    largest="size=small",
+    largest_overrides={"train.batch_size": 256},
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

@@ -13,6 +13,7 @@ stop it at any step (it picks the step on validation data) without a schedule de
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg
+from core.declarations import Declarations
 
 # The task per size: the quick model gets a shorter sum to learn in fewer steps.
 TASKS = {"smoke": dict(modulus=7, num_terms=3), "quick": dict(modulus=7, num_terms=4)}
@@ -28,6 +29,13 @@ SIZES = {
         num_layers=4, d_model=96, num_heads=4, d_ff=256, steps=800, batch_size=64, lr=3e-3
     ),
 }
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations).
+DECLARATIONS = Declarations(
+    largest="size=full",
+    largest_overrides={"train.batch_size": 256},
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

@@ -17,6 +17,7 @@ can be overridden, e.g. --config.model.rank=32 --config.model.dropout=0.2.
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg
+from core.declarations import Declarations
 
 DATASETS = ("digits", "prompts", "planted")
 MODES = ("progressive", "joint", "joint_all")
@@ -29,6 +30,12 @@ SIZES = {
     "small": dict(order=5, rank=16, steps_per_order=320, batch=128),
     "paper": dict(order=5, rank=64, steps_per_order=2000, batch=1024),
 }
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations).
+DECLARATIONS = Declarations(
+    largest="size=paper",
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

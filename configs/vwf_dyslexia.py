@@ -16,6 +16,7 @@ Options: mesh (a preset in configs/common.py), size (smoke | cpu | small).
 from ml_collections import ConfigDict
 
 from configs.common import base_config, choose, parse_arg, set_training
+from core.declarations import Declarations
 
 SIZES = {
     "smoke": dict(
@@ -72,6 +73,13 @@ SIZES = {
         curriculum=(1.0, 0, 0, 0, False),
     ),
 }
+
+
+# What launch.aot, device_check and the generic tests need (core.declarations).
+DECLARATIONS = Declarations(
+    largest="size=small",
+    largest_overrides={"train.batch_size": 256},
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

@@ -148,15 +148,22 @@ def abstract(tree, shardings):
 
 def compile_step(config, method: Method, devices):
     """`core.train`'s jitted training step of `config` and `method`, compiled for `devices`
-    (e.g. `target_devices(...)`) with abstract inputs carrying the trainer's shardings."""
+    (e.g. `target_devices(...)`) with abstract inputs carrying the trainer's shardings. For a
+    method that trains nothing, the program its runs execute is its eval step: that is
+    compiled instead, on the batch of the split it evaluates."""
     plan = train.plan(config, method, devices=devices)
-    if plan.step is None:
-        raise ConfigError("this method trains nothing (no loss, no step): no step to compile")
     state = abstract(plan.abstract_state, plan.state_shardings)
-    batch = abstract(plan.batch_spec, plan.batch_sharding)
+    batch = abstract(plan.batch_spec, plan.batch_sharding)  # None: a data-free method
     # The concrete mesh in context: Pallas TPU kernels ask it for the chip (pltpu.get_tpu_info).
     with jax.set_mesh(plan.mesh):
-        return plan.step.trace(state, batch).lower().compile()
+        if plan.step is not None:
+            return plan.step.trace(state, batch).lower().compile()
+        if plan.eval_step is None or batch is None:
+            raise ConfigError(
+                f"{config.method}: trains nothing and has no jitted eval step: nothing to compile"
+            )
+        rng = jax.eval_shape(lambda: jax.random.PRNGKey(0))  # as core.evaluation passes it
+        return plan.eval_step.trace(state, batch, rng).lower().compile()
 
 
 # ------------------------------------------------------------------------------ analysis

@@ -3,6 +3,11 @@
     JAX_PLATFORMS=cpu python -m launch.aot --config=configs/lm.py:size=base --target=v5e:16x16
     JAX_PLATFORMS=cpu python -m launch.aot --table     # every method's largest config, markdown
 
+The table compiles each configs/<slug>.py's declared largest config (`DECLARATIONS.largest` and
+its overrides, `core.declarations`: the overrides make the global batch divide over 256 chips
+where the config's own is smaller; each is named in the table); no list of methods is kept here.
+A method that trains nothing has its eval step compiled (`core.aot.compile_step`).
+
 Needs the `aot` extra (`pip install -e ".[aot]"`). Targets are `core.aot`'s: "v5e:2x2",
 "v5e:16x16", "2xv5e:16x16" (two slices), "h100:2x4x8" (64 GPUs, 8 per host). The mesh comes
 from the target (`target_mesh`): FSDP over the chips of a slice or a host, data parallel across
@@ -23,32 +28,6 @@ from absl import app, flags
 from configs.common import mesh_config
 from core.errors import ConfigError
 
-# Each method's largest config, as compiled for the scaling table and the large targets in
-# tests/aot. Overrides make the global batch divide over 256 chips (and 64 GPUs) where the
-# config's own is smaller; each is named in the table.
-LARGEST = {
-    "lm": ("configs/lm.py:size=base", {}),
-    "selective_rope": ("configs/selective_rope.py:size=small", {"train.batch_size": 256}),
-    "nab": ("configs/nab.py:size=paper,views=256", {}),
-    "tpc": ("configs/tpc.py:size=paper", {}),
-    "rlcr": ("configs/rlcr.py:size=small", {"train.batch_size": 256}),
-    "csnn": ("configs/csnn.py", {"data.side": 128, "train.batch_size": 128**2}),
-    "deql": ("configs/deql.py", {}),
-    "soft_thinking": ("configs/soft_thinking.py:size=full", {"train.batch_size": 256}),
-    "flow_mtp": ("configs/flow_mtp.py:size=toy", {"train.batch_size": 256}),
-    "vwf_dyslexia": ("configs/vwf_dyslexia.py:size=small", {"train.batch_size": 256}),
-    "dupa": ("configs/dupa.py:size=full,arm=dupa", {"train.batch_size": 256}),
-    # The digits MLP: the 2-D functions have no batch, so nothing to spread over chips.
-    "doit": ("configs/doit.py:size=full,task=digits", {"train.batch_size": 256}),
-    # One round per step in the full run; 256 rounds per step over 8 steps: T = 2048.
-    "hybrid_online": (
-        "configs/hybrid_online.py:size=full",
-        {"train.batch_size": 256, "train.steps": 8},
-    ),
-}
-
-SMOKE = {name: (spec.split(":")[0] + ":size=smoke", {}) for name, (spec, _) in LARGEST.items()}
-SMOKE["doit"] = ("configs/doit.py:size=smoke,task=digits", {})  # the 2-D functions have no batch
 TABLE_TARGETS = ("v5e:16x16", "h100:2x4x8")
 
 _CONFIG = flags.DEFINE_string("config", None, "configs/<slug>.py[:arg], as launch.train's")
@@ -74,20 +53,11 @@ def target_mesh(target: str):
     return mesh
 
 
-def target_config(spec: str, overrides: dict, target: str):
-    """The config `spec` (+ `overrides`, dotted field -> value) made for `target`: its mesh and
-    the target platform's "auto" dtype."""
+def for_target(config, target: str):
+    """`config` made for `target`: its mesh and the target platform's "auto" dtype."""
     from core import aot
     from core.precision import compute_dtype
-    from launch.config_cli import load
 
-    config = load(spec)
-    for field, value in overrides.items():
-        *parents, leaf = field.split(".")
-        node = config
-        for name in parents:
-            node = node[name]
-        node[leaf] = value
     config.mesh = target_mesh(target)
     config.dtype = compute_dtype(config.dtype, platform=aot.parse_target(target).platform)
     return config
@@ -103,19 +73,26 @@ class Row:
     compile_seconds: float
 
 
-def compile_for(method: str, spec: str, overrides: dict, target: str) -> Row:
-    """Compile `spec`'s training step for `target`; the analysis and the compile time."""
-    import methods
+def compile_config(method: str, text: str, config, make, target: str) -> Row:
+    """Compile `config`'s program (`core.aot.compile_step`: the training step, or the eval step
+    of a method that trains nothing) for `target`, the Method from `make(config)`; `text` names
+    the config in the table."""
     from core import aot
 
     devices = aot.target_devices(target)
-    config = target_config(spec, overrides, target)
+    config = for_target(config, target)
     start = time.perf_counter()
-    compiled = aot.compile_step(config, methods.make(config), devices)
+    compiled = aot.compile_step(config, make(config), devices)
     seconds = time.perf_counter() - start
     analysis = aot.analyse(compiled, aot.device_memory(target))
-    text = spec + "".join(f" {k}={v}" for k, v in overrides.items())
     return Row(method, text, target, len(devices), analysis, seconds)
+
+
+def compile_for(entry, arg: str, overrides: dict, target: str) -> Row:
+    """Compile config `arg` (+ `overrides`, dotted field -> value) of `entry` (a
+    `core.declarations.Entry`) for `target`: e.g. `*entry.largest` or `*entry.aot_smoke`."""
+    text = entry.spec(arg) + "".join(f" {k}={v}" for k, v in overrides.items())
+    return compile_config(entry.name, text, entry.config(arg, overrides), entry.method, target)
 
 
 def _size(n: float) -> str:
@@ -151,11 +128,14 @@ def markdown(rows: list[Row]) -> str:
 
 
 def table(targets=TABLE_TARGETS):
-    """The scaling table's lines, each row as soon as it is compiled (minutes on 2 cores)."""
+    """The scaling table's lines, each row as soon as it is compiled (minutes on 2 cores): every
+    config's declared largest variant (`core.declarations`), in the order of the slugs."""
+    from core import declarations
+
     yield from markdown([]).splitlines()
-    for method, (spec, overrides) in LARGEST.items():
+    for entry in declarations.entries():
         for target in targets:
-            yield markdown([compile_for(method, spec, overrides, target)]).splitlines()[-1]
+            yield markdown([compile_for(entry, *entry.largest, target)]).splitlines()[-1]
 
 
 def main(argv):
@@ -171,10 +151,12 @@ def main(argv):
             return
         if not _CONFIG.value:
             sys.exit("error: give --config=configs/<slug>.py[:arg] or --table")
+        import methods
         from launch.config_cli import load
 
-        method = load(_CONFIG.value).method
-        print(markdown([compile_for(method, _CONFIG.value, {}, _TARGET.value)]))
+        config = load(_CONFIG.value)
+        row = compile_config(config.method, _CONFIG.value, config, methods.make, _TARGET.value)
+        print(markdown([row]))
     except ConfigError as e:
         sys.exit(f"error: {e}")
 

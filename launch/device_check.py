@@ -7,13 +7,13 @@ For a machine lent for minutes: nothing to prepare, one JSON back. In order:
   1. the machine (jax, backend, devices) and its memory bandwidth, measured by a large
      elementwise copy (what a memory-bound kernel can hope for), beside the datasheet figure
      where the device is known;
-  2. every kernel (`core/kernels/<op>/bench.py: device_case`) run natively (`impl="pallas"`:
+  2. every kernel (each `core/kernels/<op>/bench.py: device_case`) run natively (`impl="pallas"`:
      Mosaic on TPU, Triton on GPU; on CPU the Pallas interpreter, at the smoke size) against its
      jnp reference, forward and gradients, each within the case's tolerance; then timed against
      the reference compiled by XLA, forward and forward + backward, with the fraction of the
      measured bandwidth its forward reaches (its least traffic / time);
-  3. a few training steps of every method's smoke config on all devices (losses finite, step
-     time after the first).
+  3. a few training steps of every configs/<slug>.py's smoke variant (its declared `smoke`,
+     `core.declarations`) on all devices (losses finite, step time after the first).
 The JSON is rewritten after every item, so a run cut short keeps what it measured. Items past
 `--budget_s` are skipped and listed ("complete": false). The exit status is 1 when any check
 failed or any item was skipped.
@@ -32,8 +32,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.benchmark import KernelCase, json_ready, machine, median_seconds
+from launch.bench import kernel_benches
 
-KERNELS = ("selective_rotary", "binned_encoding", "poly_probe")
+# Every core/kernels/<op>/ with a bench.py, whose `device_case` is checked: no list to keep.
+KERNELS = tuple(kernel_benches())
 METHOD_STEPS = 3
 # Datasheet HBM bandwidth (bytes/s) by `device_kind`, for context beside the measured figure.
 DATASHEET_BANDWIDTH = {
@@ -144,14 +146,15 @@ def check_kernel(case: KernelCase, impl: str, repeats: int, bandwidth: float | N
 
 
 def check_method(name: str, steps: int) -> dict:
-    """`configs/<name>.py`'s smoke variant on every device: `steps` training steps (the first
-    compiles; the others are timed one by one) and one evaluation."""
-    import methods
-    from core import train
+    """`configs/<name>.py`'s smoke variant (its declared `smoke`, `core.declarations`) on every
+    device: `steps` training steps (the first compiles; the others are timed one by one) and
+    one evaluation."""
+    from core import declarations, train
 
-    config = importlib.import_module(f"configs.{name}").get_config("size=smoke")
+    entry = declarations.entry(name)
+    config = entry.smoke_config()
     config.train.steps = steps
-    session = train.init(config, methods.make(config))
+    session = train.init(config, entry.method(config))
     rows, seconds = [], []
     for _ in range(steps if session.step is not None else 0):
         start = time.perf_counter()
@@ -178,7 +181,7 @@ def one_line(error: BaseException) -> str:
 
 def run(out: str, *, smoke: bool, budget_s: float, kernels=KERNELS, method_names=None) -> dict:
     """Every check in turn, the report rewritten to `out` after each; returns the report."""
-    import methods
+    from core import declarations
 
     start = time.perf_counter()
     path = pathlib.Path(out)
@@ -226,7 +229,7 @@ def run(out: str, *, smoke: bool, budget_s: float, kernels=KERNELS, method_names
                 bench.device_case(smoke=small), impl, repeats, report["bandwidth"]["bytes_per_s"]
             ),
         )
-    for name in method_names if method_names is not None else methods.available():
+    for name in method_names if method_names is not None else declarations.config_names():
         attempt("methods", name, lambda name=name: check_method(name, METHOD_STEPS))
     save()
     return report
@@ -246,13 +249,13 @@ def main(argv=None) -> int:
     unknown = sorted(set(kernels) - set(KERNELS))
     if unknown:
         parser.error(f"--kernels: unknown {unknown}; known: {', '.join(KERNELS)}")
-    import methods
+    from core import declarations
 
+    known = declarations.config_names()
     names = None if args.methods is None else [m for m in args.methods.split(",") if m]
-    if names is not None and sorted(set(names) - set(methods.available())):
+    if names is not None and sorted(set(names) - set(known)):
         parser.error(
-            f"--methods: unknown {sorted(set(names) - set(methods.available()))}; "
-            f"known: {', '.join(methods.available())}"
+            f"--methods: unknown {sorted(set(names) - set(known))}; known: {', '.join(known)}"
         )
     report = run(
         args.out, smoke=args.smoke, budget_s=args.budget_s, kernels=kernels, method_names=names

@@ -74,3 +74,18 @@ def test_unknown_names_are_refused(capsys):
     with pytest.raises(SystemExit):
         device_check.main(["--kernels=flash"])
     assert "--kernels: unknown ['flash']" in capsys.readouterr().err
+
+
+def test_every_kernel_with_a_benchmark_is_checked():
+    """No list of kernels to keep: `KERNELS` is every core/kernels/<op>/ with a bench.py (this
+    test's own listing of the folder), each of which gives the `device_case` that is run."""
+    import importlib
+    import pathlib
+
+    import core.kernels
+
+    folder = pathlib.Path(next(iter(core.kernels.__path__)))
+    ops = sorted(p.parent.name for p in folder.glob("*/bench.py"))
+    assert list(device_check.KERNELS) == ops and len(ops) >= 3
+    for op in ops:
+        assert callable(importlib.import_module(f"core.kernels.{op}.bench").device_case)

@@ -25,6 +25,7 @@ from core.kernels.poly_probe.kernel import KernelConfig as PolyConfig
 from core.kernels.poly_probe.kernel import poly_probe_pallas
 from core.kernels.selective_rotary import api as rotary
 from launch import aot as launch_aot
+from tests.entries import BY_NAME, NAMES
 
 _MISSING = [
     name
@@ -39,25 +40,25 @@ pytestmark = [
     ),
 ]
 
-METHODS = sorted(launch_aot.LARGEST)
 SMALL_TARGETS = ("v5e:2x2", "2xv5e:2x2")  # 4 chips; 2 slices of 4 (a DCN axis)
 LARGE_TARGETS = ("v5e:16x16", "h100:2x4x8")  # 256 TPU v5e chips; 64 H100s, 8 per host
-SEQUENTIAL = {"hybrid_online"}  # an online learner: every chip plays the same rounds
 MARKERS = {"tpu": "tpu_custom_call", "gpu": "__gpu$xla.gpu.triton"}
 
 
 @pytest.mark.parametrize("target", SMALL_TARGETS)
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", NAMES)
 def test_smoke_config_compiles_for_small_tpu_targets(method, target):
-    """Every method's smoke config, its training step as core.train jits it: fits the chip and
-    sums its gradients (or DEQL's Gram matrix) across chips, over the slices too; a sequential
-    learner (replicated state, rounds played in order) brings every round to every chip."""
-    spec, overrides = launch_aot.SMOKE[method]
-    row = launch_aot.compile_for(method, spec, overrides, target)
+    """Every entry's small AOT config (`Declarations.aot_smoke`, by default its smoke variant),
+    its program as core.train jits it (the training step; an evaluate-only method's eval step):
+    fits the chip and sums its gradients (or DEQL's Gram matrix, or the eval sums) across chips,
+    over the slices too; a sequential learner (replicated state, rounds played in order,
+    `Declarations.sequential`) brings every round to every chip."""
+    entry = BY_NAME[method]
+    row = launch_aot.compile_for(entry, *entry.aot_smoke, target)
     assert row.chips == {"v5e:2x2": 4, "2xv5e:2x2": 8}[target]
     assert 0 < row.analysis.memory_fraction < 1
     collectives = row.analysis.collectives
-    if method in SEQUENTIAL:  # XLA picks the collective (a gather, or a sum of masked rows)
+    if entry.declarations.sequential:  # XLA picks the collective (a gather, or masked rows)
         assert sum(collectives.values()) > 0
     else:
         assert collectives["all-reduce"] > 0
@@ -65,12 +66,13 @@ def test_smoke_config_compiles_for_small_tpu_targets(method, target):
 
 
 @pytest.mark.parametrize("target", LARGE_TARGETS)
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", NAMES)
 def test_largest_config_fits_a_large_slice_and_a_gpu_cluster(method, target):
-    """Each method's largest config (`launch.aot.LARGEST`) on 256 TPU v5e chips (16 GiB HBM
-    each) and 64 H100s (80 GB each): compiles, and the per-chip memory XLA plans fits."""
-    spec, overrides = launch_aot.LARGEST[method]
-    row = launch_aot.compile_for(method, spec, overrides, target)
+    """Each entry's largest config (`Declarations.largest`, the scaling table's) on 256 TPU v5e
+    chips (16 GiB HBM each) and 64 H100s (80 GB each): compiles, and the per-chip memory XLA
+    plans fits."""
+    entry = BY_NAME[method]
+    row = launch_aot.compile_for(entry, *entry.largest, target)
     a = row.analysis
     assert row.chips == {"v5e:16x16": 256, "h100:2x4x8": 64}[target]
     assert 0 < a.memory_fraction < 1
@@ -85,9 +87,7 @@ def test_a_step_too_large_for_the_chip_fails_to_compile():
     """The memory check is real: the base LM at 64k sequences per step (~4 GiB of activations
     per layer per chip) does not fit 4 chips of 16 GiB, and XLA says so at compile time."""
     with pytest.raises(Exception, match="(?i)hbm|memory"):
-        launch_aot.compile_for(
-            "lm", "configs/lm.py:size=base", {"train.batch_size": 65536}, "v5e:2x2"
-        )
+        launch_aot.compile_for(BY_NAME["lm"], "size=base", {"train.batch_size": 65536}, "v5e:2x2")
 
 
 # --------------------------------------------------------------------------- kernels

@@ -1,33 +1,27 @@
 """The precision policy (core/precision.py) reaches every method's compiled step.
 
-For each config's smoke variant, the training step the core builds is lowered (not run) and its
-StableHLO read: every matmul must carry the configured default precision, and a method that
-takes `dtype=bfloat16` must really multiply bfloat16 while its parameters stay float32; a
-float32-only method must refuse bfloat16 (and "auto") in one line.
+For each entry's smoke variant (configs/*.py and the kinds of tests/kinds.py), the program the
+core builds is lowered (not run) and its StableHLO read: the training step, or the eval step of a
+method that trains nothing. Every matmul must carry the configured default precision, and a
+method that takes `dtype=bfloat16` must really multiply bfloat16 while its parameters stay
+float32; a float32-only method must refuse bfloat16 (and "auto") in one line. A step with no
+matmul at all is declared so, with its reason (`Declarations.no_matmul`), and must have none.
 """
 
-import importlib
 import re
 
 import jax
 import pytest
 
-import methods
 from core import precision, train
 from core.errors import ConfigError
-from tests.test_configs import CONFIGS
+from tests.entries import BY_NAME, NAMES
 
-# Steps with no matmul at all (the policy has nothing to reach there; if one gains a matmul,
-# the test below checks it like any other).
-NO_MATMUL = {
-    "hybrid_online": "an online learner over sorted buffers: sorts and cumulative sums",
-    "doit": "its default task is a 2-D test function (Rosenbrock): elementwise arithmetic only",
-}
 DOT = re.compile(r"stablehlo\.(dot_general|convolution)\b[^\n]*")
 
 
 def smoke_config(name: str, **fields):
-    config = importlib.import_module(f"configs.{name}").get_config("mesh=cpu,size=smoke")
+    config = BY_NAME[name].smoke_config(mesh="cpu")
     for key, value in fields.items():
         setattr(config, key, value)
     return config
@@ -35,31 +29,44 @@ def smoke_config(name: str, **fields):
 
 def bfloat16_supported(name: str) -> bool:
     try:
-        methods.make(smoke_config(name, dtype="bfloat16"))
+        BY_NAME[name].method(smoke_config(name, dtype="bfloat16"))
     except ConfigError as e:
         assert "not supported by this method" in str(e) and "\n" not in str(e)
         return False
     return True
 
 
-@pytest.mark.parametrize("name", CONFIGS)
+def lowered_program(config, method) -> tuple[train.Session, str]:
+    """The session and the StableHLO of what a run of `config` compiles: its training step,
+    or, for a method that trains nothing, the eval step of its first stream on that stream's
+    first batch."""
+    session = train.init(config, method, devices=jax.devices()[:1])
+    if session.step is not None:
+        return session, session.step.lower(session.state, session.next_batch()).as_text()
+    stream = next(s for s in session.streams if s.eval_step is not None)
+    batch = next(iter(method.dataset(stream.evaluator.split, shard=(0, 1), seed=config.seed)))
+    key = jax.random.PRNGKey(0)
+    return session, stream.eval_step.lower(session.state, batch, key).as_text()
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_the_step_honours_the_precision_policy(name):
-    """One lowering per config (init and lowering cost seconds each): every matmul at the
+    """One lowering per entry (init and lowering cost seconds each): every matmul at the
     configured HIGHEST precision; bfloat16 inputs where the method takes dtype=bfloat16."""
+    entry = BY_NAME[name]
     bfloat16 = bfloat16_supported(name)
     if not bfloat16:
         # Its config must then say float32 (the default "auto" would be refused).
         assert smoke_config(name).dtype == "float32"
         with pytest.raises(ConfigError, match="dtype='auto' is not supported"):
-            methods.make(smoke_config(name, dtype="auto"))
+            entry.method(smoke_config(name, dtype="auto"))
     config = smoke_config(name, matmul_precision="highest")
     if bfloat16:
         config.dtype = "bfloat16"
-    session = train.init(config, methods.make(config), devices=jax.devices()[:1])
-    text = session.step.lower(session.state, session.next_batch()).as_text()
+    session, text = lowered_program(config, entry.method(config))
     dots = [m.group(0) for m in DOT.finditer(text)]
-    if name in NO_MATMUL:
-        assert not dots, f"{name} now has matmuls: drop it from NO_MATMUL"
+    if entry.declarations.no_matmul:  # the policy has nothing to reach there
+        assert not dots, f"{name} now has matmuls: drop its Declarations.no_matmul"
         return
     assert dots, f"{name}: no matmul in the step (nothing to check)"
     for op in dots:
