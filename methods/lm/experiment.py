@@ -9,23 +9,23 @@ these numbers), each on a bootstrap interval over the seeds (`core.claims.Interv
   whole-sequence parity accuracy lies below 0.6, near chance (the failure that Selective RoPE,
   paper 5, addresses).
 
-The experiment follows the workspace's protocol: `measure` trains and returns a results record
-(per-seed rows, settings, code version; `launch.reproduce` saves full runs to
-`methods/lm/results/full.json`), and `claims_from_results` derives the claims from that record
-alone, so `python -m launch.reproduce --methods=lm --from_results` rebuilds the table without
-training. Each (task, seed) run is cached by its config and the code hash (`core.cache`).
-There is no hyperparameter search here, so no validation split is read.
+The experiment is `core.experiment_runner`'s, with the tasks as arms and no grid (so no
+validation split is read): `measure` trains every (task, seed) run through the run cache and
+returns the results record (`launch.reproduce` saves full runs to `methods/lm/results/full.json`),
+and `claims_from_results` derives the claims from that record alone, so
+`python -m launch.reproduce --methods=lm --from_results` rebuilds the table without training.
+The committed record predates the runner; `experiment_runner.adopt_older` reads it unchanged.
 """
 
 import dataclasses
-import functools
 import os
 
 import jax
 
 from configs import lm
-from core import cache, results, train
+from core import experiment_runner, train
 from core.claims import IntervalClaim, Report
+from core.experiment_runner import Arm, ClaimSpec, Experiment
 from methods.lm import make
 
 SEEDS = (0, 1, 2)
@@ -100,7 +100,9 @@ RUNS = (
 QUICK_TASKS = ("copy",)
 
 
-def task_config(run: TaskRun, quick: bool, seed: int = 0):
+def task_config(arm: Arm, point: dict, seed: int, quick: bool):
+    """The run's config (`point` is empty: no grid)."""
+    run = arm.settings["run"]
     config = lm.get_config(f"task={run.task}")
     config.seed = seed
     config.model.num_layers, config.model.d_model = 2, 128
@@ -119,57 +121,39 @@ def task_config(run: TaskRun, quick: bool, seed: int = 0):
     return config
 
 
-def train_and_evaluate(config, workdir: str, devices=None) -> dict:
-    """One (task, seed) run: the final held-out metrics and the logged training losses."""
-    result = train.run(config, make(config), workdir, devices=devices)
+def train_and_evaluate(config, workdir: str) -> dict:
+    """One (task, seed) run: the final held-out metrics and the logged training losses.
+
+    On one device, full and quick runs alike: the test suite's 8 fake CPU devices (or a host's
+    several accelerators) would split each small batch 8 ways, which is slower for this model
+    and sums in another order than the one-device run `launch.reproduce` made."""
+    result = train.run(config, make(config), workdir, devices=jax.devices()[:1])
     evals = [row for row in result.history if any(k.startswith("eval/") for k in row)]
     final = {k.removeprefix("eval/"): v for k, v in evals[-1].items() if k != "step"}
-    return {"eval": final, "losses": [row["loss"] for row in result.history if "loss" in row]}
+    return {**final, "losses": [row["loss"] for row in result.history if "loss" in row]}
 
 
-def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:
+EXPERIMENT = Experiment(
+    slug="lm",
+    arms=tuple(Arm(r.task, settings={"run": r}) for r in RUNS),
+    quick_arms=tuple(Arm(r.task, settings={"run": r}) for r in RUNS if r.task in QUICK_TASKS),
+    seeds=SEEDS,
+    config_of=task_config,
+    # Late-bound, so that a test can replace `train_and_evaluate` to prove nothing retrains.
+    run=lambda config, workdir: train_and_evaluate(config, workdir),
+    arm_key="task",
+    claims=tuple(ClaimSpec(r.form, r.claim, r.metric, r.task, r.target) for r in RUNS),
+)
+
+
+def measure(workdir: str, *, quick: bool = False) -> dict:
     """Train every task on every seed (cached) and return the results record."""
-    runs = [r for r in RUNS if not quick or r.task in QUICK_TASKS]
-    code = results.code_version("lm")
-    # Quick runs on one device: the test suite's 8 fake CPU devices would split each small batch
-    # 8 ways (slower, and other numbers than the one-device run `launch.reproduce` makes).
-    devices = jax.devices()[:1] if quick else None
-    rows, curves, configs = [], {}, {}
-    for task_run in runs:
-        for seed in seeds:
-            out = cache.cached_run(
-                functools.partial(train_and_evaluate, devices=devices),
-                task_config(task_run, quick, seed),
-                code["source_hash"],
-                workdir,
-                f"lm/{task_run.task} seed {seed}",
-            )
-            rows.append({"task": task_run.task, "seed": seed, **out["eval"]})
-            curves[f"{task_run.task}/{seed}"] = out["losses"]
-        configs[task_run.task] = task_config(task_run, quick).to_dict()  # seed 0's; seed varies
-    record = results.record(
-        "lm",
-        "quick" if quick else "full",
-        config={"seeds": list(seeds), "quick": quick, "train": configs},
-        rows=rows,
-        code=code,
-        loss_curves=curves,
-    )
-    return record
+    return experiment_runner.measure(EXPERIMENT, workdir, quick=quick)
 
 
 def claims_from_results(record: dict) -> list[IntervalClaim]:
     """The claims, derived from a results record alone (the protocol's re-derivable half)."""
-    tasks = {row["task"] for row in record["rows"]}
-    claims = []
-    for task_run in RUNS:
-        if task_run.task not in tasks:
-            continue
-        values = results.by_seed(record["rows"], task_run.metric, task=task_run.task)
-        build = getattr(IntervalClaim, task_run.form)
-        metric = f"{task_run.task}/{task_run.metric}"
-        claims.append(build(task_run.claim, metric, values, task_run.target))
-    return claims
+    return experiment_runner.claims(EXPERIMENT, experiment_runner.adopt_older(EXPERIMENT, record))
 
 
 def plot_losses(curves: dict[str, list[float]], path: str) -> None:
@@ -197,7 +181,7 @@ def run(workdir: str, *, quick: bool = False) -> Report:
     record = measure(workdir, quick=quick)
     claims = claims_from_results(record)
     figure = os.path.join(workdir, "lm_loss_curves.png")
-    plot_losses(record["loss_curves"], figure)
+    plot_losses({f"{r['task']}/{r['seed']}": r["losses"] for r in record["rows"]}, figure)
     return Report.on_protocol(
         method="lm",
         figures=[figure],

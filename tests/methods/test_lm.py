@@ -1,5 +1,6 @@
 """The LM baseline: its loss is the masked cross-entropy, and its experiment's claims hold."""
 
+import json
 import os
 
 import jax
@@ -99,15 +100,16 @@ def fail_if_trained(*args, **kwargs):
     raise AssertionError("trained although the results or the cache had the run")
 
 
-def record_with(values: dict[str, list[float]]) -> dict:
-    """A results record with the given per-seed claim metric for each task."""
+def record_with(values: dict[str, list[float]], quick: bool = False) -> dict:
+    """A results record in the committed full run's format (written before
+    `core.experiment_runner`) with the given per-seed claim metric for each task."""
     metric = {r.task: r.metric for r in experiment.RUNS}
     rows = [
         {"task": task, "seed": seed, metric[task]: value}
         for task, per_seed in values.items()
         for seed, value in enumerate(per_seed)
     ]
-    return {"method": "lm", "rows": rows}
+    return {"method": "lm", "config": {"quick": quick}, "rows": rows}
 
 
 def test_claims_from_results_cover_every_task_and_can_fail():
@@ -120,10 +122,37 @@ def test_claims_from_results_cover_every_task_and_can_fail():
     claims = experiment.claims_from_results(record_with({**good, "parity": [0.5, 0.49, 0.78]}))
     assert not claims[-1].holds and claims[-1].interval.mean < 0.6
     # MQAR above 0.9 on average but one seed at 0.85: not learned on every seed's evidence.
-    claims = experiment.claims_from_results(record_with({**good, "mqar": [0.97, 0.96, 0.85]}))
+    bad_mqar = {**good, "mqar": [0.97, 0.96, 0.85], "parity": [0.5, 0.49, 0.52]}
+    claims = experiment.claims_from_results(record_with(bad_mqar))
     assert not claims[1].holds and claims[1].interval.mean > 0.9
     with pytest.raises(ConfigError, match="2 values"):
-        experiment.claims_from_results(record_with({"copy": [1.0, 1.0]}))
+        experiment.claims_from_results(record_with({"copy": [1.0, 1.0]}, quick=True))
+    # A quick record leaves out the tasks it did not run; a full one may not.
+    (claim,) = experiment.claims_from_results(record_with({"copy": [1.0, 1.0, 1.0]}, quick=True))
+    assert claim.metric == "copy/exact_match"
+    with pytest.raises(ConfigError, match="no arm 'mqar'"):
+        experiment.claims_from_results(record_with({"copy": [1.0, 1.0, 1.0]}))
+
+
+def test_a_runner_record_gives_the_claims_of_the_same_rows_in_the_committed_format(
+    tmp_path, monkeypatch
+):
+    # No training: each run's metrics are a number made from its config (task and seed).
+    def fake_run(config, workdir):
+        return {"exact_match": 0.9 + config.seed / 100, "final_accuracy": 0.5, "losses": [1.0]}
+
+    monkeypatch.setattr(experiment, "train_and_evaluate", fake_run)
+    record = json.loads(json.dumps(experiment.measure(str(tmp_path))))
+    assert [(r["task"], r["seed"]) for r in record["rows"]] == [
+        (r.task, s) for r in experiment.RUNS for s in experiment.SEEDS
+    ]
+    steps = {task: cfg["train"]["steps"] for task, cfg in record["config"]["run_config"].items()}
+    assert steps == {r.task: r.steps for r in experiment.RUNS}
+    older = {"method": "lm", "config": {"quick": False, "seeds": list(experiment.SEEDS)}}
+    older["rows"] = [{k: v for k, v in r.items() if k != "losses"} for r in record["rows"]]
+    claims = [c.to_dict() for c in experiment.claims_from_results(record)]
+    assert claims == [c.to_dict() for c in experiment.claims_from_results(older)]
+    assert [c["interval"]["mean"] for c in claims] == pytest.approx([0.91, 0.91, 0.91, 0.5])
 
 
 def test_full_run_settings_use_three_seeds_on_every_task():
