@@ -220,6 +220,22 @@ BAD_CONFIGS = [
         ["--config=configs/lm.py:size=smoke", "--config.train.steps=abc"],
         ["--config.train.steps=abc", "config.train.steps is int"],
     ),
+    # Bad values of generic fields: refused by core.validate before step 1, naming the method.
+    (
+        "launch.train",
+        ["--config=configs/lm.py:size=smoke", "--config.train.batch_size=0"],
+        ["lm: train.batch_size=0", "positive integer"],
+    ),
+    (
+        "launch.train",
+        ["--config=configs/lm.py:size=smoke", "--config.train.steps=-5"],
+        ["lm: train.steps=-5", "non-negative integer"],
+    ),
+    (  # divisible by the 8 data-parallel devices, but not a divisor of the evaluation's 64
+        "launch.train",
+        ["--config=configs/lm.py:size=smoke", "--config.train.batch_size=24"],
+        ["lm: ", "eval.num_examples=64 must be a multiple of train.batch_size=24"],
+    ),
     ("launch.train", ["--config=configs/nope.py"], ["no file 'configs/nope.py'", "lm.py"]),
     ("launch.bench", ["--methods=nope"], ["no benchmark for nope", "available: ", " lm,"]),
     ("launch.bench", ["--method=lm"], ["Unknown command line flag 'method'"]),
