@@ -41,7 +41,6 @@ Shape suffixes: B batch, H W C image, N tokens, P patch features (p * p * C), D 
 """
 
 import dataclasses
-import functools
 import math
 import numbers
 
@@ -52,6 +51,7 @@ from flax import nnx
 
 from core.errors import ConfigError
 from core.nn import attention, layers
+from core.nn.pure import PureModule
 
 POSITIONS = ("sincos", "learned", "none")  # what core.nn.vit accepts too
 DIT_POSITIONS = (*POSITIONS, "rope2d")
@@ -345,22 +345,18 @@ class DiT(nnx.Module):
         return unpatchify(out_BNP, cfg.patch_size, cfg.image_size, cfg.image_size)
 
 
-@functools.lru_cache(maxsize=64)
-def _graphdef(cfg: DiTConfig):
-    """The model's static structure, built abstractly (no parameter memory, no RNG work)."""
-    graphdef, _ = nnx.split(nnx.eval_shape(lambda: DiT(cfg, nnx.Rngs(0))))
-    return graphdef
+MODULE = PureModule(DiT)
 
 
 def model(cfg: DiTConfig, params: dict) -> DiT:
     """The NNX module holding `params` (for code that walks the layers by hand, e.g. tests)."""
-    return nnx.merge(_graphdef(cfg), params)
+    return MODULE.bind(cfg, params)
 
 
 def init_params(cfg: DiTConfig, rng: jax.Array) -> dict:
     """Fresh parameters as a nested dict of arrays (params["encoder"]["blocks"][0]["attn"]
     ["q"]["kernel"], ...). Safe under `jax.eval_shape`."""
-    return nnx.to_pure_dict(nnx.state(DiT(cfg, nnx.Rngs(params=rng))))
+    return MODULE.init(cfg, rng)
 
 
 def capture_names(cfg: DiTConfig) -> tuple[str, ...]:

@@ -48,6 +48,7 @@ from jax.sharding import PartitionSpec as P
 
 from core.nn import attention, layers
 from core.nn.policy import Policy
+from core.nn.pure import PureModule
 
 # Re-exported: methods built these from here before core.nn.layers existed.
 RMSNorm, SwiGLU, dense_factory = layers.RMSNorm, layers.SwiGLU, layers.dense_factory
@@ -222,17 +223,14 @@ class Transformer(nnx.Module):
         return logits_BTV, new_cache, captured
 
 
-@functools.lru_cache(maxsize=64)
-def _graphdef(cfg: TransformerConfig):
-    """The model's static structure, built abstractly (no parameter memory, no RNG work)."""
-    graphdef, _ = nnx.split(nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(0))))
-    return graphdef
+MODULE = PureModule(Transformer)
+_graphdef = MODULE.graphdef  # the static structure per cfg (tests merge params into it)
 
 
 def init_params(cfg: TransformerConfig, rng: jax.Array) -> dict:
     """Fresh parameters as a nested dict of arrays, e.g. params["blocks"][0]["attn"]["q"]
     ["kernel"]. Safe under `jax.eval_shape(functools.partial(init_params, cfg), rng)`."""
-    return nnx.to_pure_dict(nnx.state(Transformer(cfg, nnx.Rngs(params=rng))))
+    return MODULE.init(cfg, rng)
 
 
 class Output(NamedTuple):
@@ -253,7 +251,7 @@ def capture_names(cfg: TransformerConfig) -> tuple[str, ...]:
 def embed(cfg: TransformerConfig, params: dict, tokens_BT: jax.Array) -> jax.Array:
     """The token embeddings [B, T, D] in cfg.dtype, exactly what `apply` feeds its first block
     (a soft token is a probability-weighted sum of rows of params["embed"]["embedding"])."""
-    module = nnx.merge(_graphdef(cfg), params).embed
+    module = MODULE.bind(cfg, params).embed
     return module(tokens_BT)
 
 
@@ -283,7 +281,7 @@ def forward(
         )
     if (tokens_BT is None) == (embeddings_BTD is None):
         raise ValueError("pass exactly one of tokens_BT and embeddings_BTD")
-    model = nnx.merge(_graphdef(cfg), params)
+    model = MODULE.bind(cfg, params)
     x_BTD = model.embed(tokens_BT) if embeddings_BTD is None else embeddings_BTD
     x_BTD = x_BTD.astype(jnp.dtype(cfg.dtype))
     B, T, _ = x_BTD.shape
@@ -433,5 +431,5 @@ def head(cfg: TransformerConfig, params: dict, x_BTD: jax.Array) -> jax.Array:
     """The output head on a residual stream: the final norm, then the output projection
     (float32 logits [B, T, V]). On a block's output (the "blocks/<i>" capture) this is the
     logit lens; on the last block's output it gives `apply`'s logits."""
-    model = nnx.merge(_graphdef(cfg), params)
+    model = MODULE.bind(cfg, params)
     return model.lm_head(model.final_norm(x_BTD)).astype(jnp.float32)

@@ -29,6 +29,7 @@ from flax import nnx
 
 from core.errors import ConfigError
 from core.nn import attention, dit, layers
+from core.nn.pure import PureModule
 
 POSITIONS = dit.POSITIONS
 
@@ -119,22 +120,18 @@ class ViT(nnx.Module):
         return out_BND
 
 
-@functools.lru_cache(maxsize=64)
-def _graphdef(cfg: ViTConfig):
-    """The model's static structure, built abstractly (no parameter memory, no RNG work)."""
-    graphdef, _ = nnx.split(nnx.eval_shape(lambda: ViT(cfg, nnx.Rngs(0))))
-    return graphdef
+MODULE = PureModule(ViT)
 
 
 def model(cfg: ViTConfig, params: dict) -> ViT:
     """The NNX module holding `params` (for code that walks the layers by hand, e.g. tests)."""
-    return nnx.merge(_graphdef(cfg), params)
+    return MODULE.bind(cfg, params)
 
 
 def init_params(cfg: ViTConfig, rng: jax.Array) -> dict:
     """Fresh parameters as a nested dict of arrays (params["blocks"][0]["attn"]["q"]["kernel"],
     ...). Safe under `jax.eval_shape`."""
-    return nnx.to_pure_dict(nnx.state(ViT(cfg, nnx.Rngs(params=rng))))
+    return MODULE.init(cfg, rng)
 
 
 def capture_names(cfg: ViTConfig) -> tuple[str, ...]:

@@ -36,7 +36,6 @@ T text tokens, D width, F decoder d_ff, L decoder layers, V vocab.
 """
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +43,7 @@ from flax import nnx
 
 from core.errors import ConfigError
 from core.nn import dit, layers, transformer, vit
+from core.nn.pure import PureModule
 
 Output = transformer.Output
 
@@ -85,16 +85,13 @@ class VLMConfig:
         return self.vit.num_tokens // self.merge**2
 
 
-@functools.lru_cache(maxsize=64)
-def _merger_graphdef(cfg: VLMConfig):
-    graphdef, _ = nnx.split(nnx.eval_shape(lambda: _merger(cfg, nnx.Rngs(0))))
-    return graphdef
-
-
 def _merger(cfg: VLMConfig, rngs: nnx.Rngs) -> nnx.Linear:
     """Bias-free Linear(merge^2 vit d_model -> decoder d_model) in the decoder's dtypes."""
     d_in = cfg.merge**2 * cfg.vit.d_model
     return layers.dense_factory(cfg.decoder, rngs)(d_in, cfg.decoder.d_model)
+
+
+MERGER = PureModule(_merger)
 
 
 def merge_tokens(cfg: VLMConfig, tokens_BND):
@@ -111,10 +108,9 @@ def merge_tokens(cfg: VLMConfig, tokens_BND):
 def init_params(cfg: VLMConfig, rng: jax.Array) -> dict:
     """{"vit": ..., "merger": {"kernel"}, "decoder": ...}; safe under `jax.eval_shape`."""
     rng_vit, rng_merger, rng_decoder = jax.random.split(rng, 3)
-    merger = _merger(cfg, nnx.Rngs(params=rng_merger))
     return {
         "vit": vit.init_params(cfg.vit, rng_vit),
-        "merger": nnx.to_pure_dict(nnx.state(merger)),
+        "merger": MERGER.init(cfg, rng_merger),
         "decoder": transformer.init_params(cfg.decoder, rng_decoder),
     }
 
@@ -145,7 +141,7 @@ def image_embeddings(cfg: VLMConfig, params: dict, images_BHWC, *, capture=()):
     """(image tokens [B, N, decoder d_model], captured "vit/..." names): what the decoder reads
     first."""
     tokens_BND, captured = vit.forward(cfg.vit, params["vit"], images_BHWC, capture=capture)
-    merger = nnx.merge(_merger_graphdef(cfg), params["merger"])
+    merger = MERGER.bind(cfg, params["merger"])
     merged_BNM = merge_tokens(cfg, tokens_BND.astype(jnp.dtype(cfg.decoder.dtype)))
     return merger(merged_BNM), captured
 
