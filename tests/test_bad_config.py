@@ -84,3 +84,11 @@ def test_a_run_with_a_bad_config_writes_nothing(tmp_path, field, value):
     with pytest.raises(ConfigError, match=f"^lm: {field}="):
         train.run(config, methods.make(config), str(workdir))
     assert not os.path.exists(workdir)
+
+
+def test_zero_steps_evaluates_the_initial_state_and_stops(tmp_path):
+    config = with_value(smoke_config("lm"), "train.steps", 0)
+    result = train.run(config, methods.make(config), str(tmp_path))
+    assert int(result.state.step) == 0
+    assert [row["step"] for row in result.history] == [0]  # one evaluation row, no training
+    assert all(key.startswith("eval/") for key in result.history[0] if key != "step")
