@@ -6,7 +6,8 @@ arguments, and an optional KV cache.
     out_BTHK = attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, impl="xla")
 
 `MultiHeadAttention` (q/k/v/o projections around these) is what `core.nn.transformer` uses; a
-model with its own projections or positions (methods/selective_rope) calls the functions.
+model with its own projections or positions (methods/selective_rope; methods/tpc's MiniLM,
+whose BERT q/k/v/o carry biases) calls the functions.
 
 Masks (`make_mask(kind, ...)`), always ANDed with the key padding mask (no query ever reads a
 key whose key_mask is False):
@@ -36,6 +37,7 @@ Implementations (`attend(..., impl=)`):
   "xla":         einsum scores in float32 (preferred_element_type), masked with the float32
                  minimum, float32 softmax, probabilities re-masked to exactly 0, einsum with v.
                  The transformer's formulation since the start: exact, the default.
+                 `precision=` (e.g. HIGHEST) goes to its two einsums (default: jax's).
   "dot_product": `jax.nn.dot_product_attention` with the boolean mask (implementation=None:
                  jax picks; in jax 0.10.2 that is its XLA path, scores in float32 for float32
                  and bfloat16 inputs). On CPU in float32 it matches "xla" within float32
@@ -155,15 +157,20 @@ def resolve_impl(impl: str) -> str:
     return "dot_product" if traced_platform() == "gpu" else "xla"
 
 
-def attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, *, impl: str = "xla"):
+def attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, *, impl: str = "xla", precision=None):
     """softmax(q k^T / sqrt(K), masked) v per head: [B, T, H, K] in v's dtype.
 
-    Rows of mask_BTS with no True entry give exactly 0.
+    Rows of mask_BTS with no True entry give exactly 0. `precision` (a `jax.lax.Precision`)
+    goes to "xla"'s two einsums: HIGHEST keeps float32 exact where an accelerator would
+    otherwise multiply in TF32 / bfloat16 passes (a port checked against float32 reference
+    numbers). None, the default, is jax's default precision.
     """
     impl = resolve_impl(impl)
     K = q_BTHK.shape[-1]
     mask_B1TS = mask_BTS[:, None]
     if impl == "dot_product":
+        if precision is not None:  # jax.nn.dot_product_attention takes no precision
+            raise ValueError(f"attend: precision={precision} needs impl='xla'")
         out_BTHK = jax.nn.dot_product_attention(
             q_BTHK, k_BSHK.astype(q_BTHK.dtype), v_BSHK.astype(q_BTHK.dtype), mask=mask_B1TS
         )
@@ -171,7 +178,7 @@ def attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, *, impl: str = "xla"):
         any_key_BT11 = jnp.any(mask_BTS, axis=-1)[:, :, None, None]
         return jnp.where(any_key_BT11, out_BTHK, 0).astype(v_BSHK.dtype)
     scores_BHTS = jnp.einsum(
-        "bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32
+        "bthk,bshk->bhts", q_BTHK, k_BSHK, precision=precision, preferred_element_type=jnp.float32
     ) * (K**-0.5)
     scores_BHTS = jnp.where(mask_B1TS, scores_BHTS, jnp.finfo(jnp.float32).min)
     probs_BHTS = jax.nn.softmax(scores_BHTS, axis=-1)
@@ -179,7 +186,8 @@ def attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, *, impl: str = "xla"):
     # get a uniform average over padding; zero it instead. Elsewhere masked probs are
     # already exactly 0 (exp underflows), so this changes nothing for real tokens.
     probs_BHTS = jnp.where(mask_B1TS, probs_BHTS, 0.0)
-    return jnp.einsum("bhts,bshk->bthk", probs_BHTS.astype(v_BSHK.dtype), v_BSHK)
+    probs_BHTS = probs_BHTS.astype(v_BSHK.dtype)
+    return jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK, precision=precision)
 
 
 class MultiHeadAttention(nnx.Module):

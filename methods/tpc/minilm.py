@@ -19,8 +19,11 @@ the numbers depend on (`cache_key`).
 
 Architecture (BERT, post-LN): embeddings word + token type + position -> LayerNorm, then L x
 [self-attention -> residual -> LayerNorm; dense D->F, exact (erf) GELU, dense F->D -> residual ->
-LayerNorm]. Everything in float32; matmuls at precision HIGHEST so that accelerators (TF32 on
-GPU, bfloat16 passes on TPU by default) give the same numbers as the float32 reference.
+LayerNorm]. The attention is `core.nn.attention`'s (a bidirectional mask over real keys,
+`attend`) between BERT's own q/k/v/o projections, which carry biases (their names are the
+checkpoint mapping's, `minilm_files`). Everything in float32; matmuls at precision HIGHEST so
+that accelerators (TF32 on GPU, bfloat16 passes on TPU by default) give the same numbers as the
+float32 reference.
 
 Shape suffixes: B batch, T tokens, S key tokens, H heads, K head dim, D hidden, F intermediate,
 L layers (+1 with the embeddings), N texts.
@@ -40,7 +43,9 @@ import numpy as np
 from flax import nnx
 
 from core.errors import ConfigError
+from core.nn import attention
 from core.nn.layers import flat_dot_general
+from core.nn.pure import PureModule
 from methods.tpc import minilm_files
 from methods.tpc.minilm_files import MINILM_L6, PACKAGE, PACKAGE_VERSION, MiniLMConfig
 
@@ -129,15 +134,13 @@ class Layer(nnx.Module):
         self.mlp_norm = _layer_norm(cfg, rngs)
         self.cfg = cfg
 
-    def __call__(self, x_BTD, bias_B11S):
+    def __call__(self, x_BTD, mask_BTS):
         B, T, _ = x_BTD.shape
         H, K = self.cfg.num_heads, self.cfg.head_dim
         q_BTHK = self.q(x_BTD).reshape(B, T, H, K)
         k_BSHK = self.k(x_BTD).reshape(B, T, H, K)
         v_BSHK = self.v(x_BTD).reshape(B, T, H, K)
-        scores_BHTS = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK, precision=HIGHEST)
-        probs_BHTS = jax.nn.softmax(scores_BHTS / np.sqrt(K) + bias_B11S, axis=-1)
-        out_BTHK = jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK, precision=HIGHEST)
+        out_BTHK = attention.attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, impl="xla", precision=HIGHEST)
         x_BTD = self.attn_norm(x_BTD + self.o(out_BTHK.reshape(B, T, H * K)))
         # Hugging Face's "gelu" is the exact erf form, not the tanh approximation.
         y_BTD = self.down(jax.nn.gelu(self.up(x_BTD), approximate=False))
@@ -150,14 +153,13 @@ class Encoder(nnx.Module):
         self.layers = nnx.List([Layer(cfg, rngs) for _ in range(cfg.num_layers)])
 
     def __call__(self, ids_BT, mask_BT, types_BT) -> list[jax.Array]:
-        # Additive mask as in Hugging Face BERT: padding keys get float32's most negative value,
-        # so their softmax weight underflows to exactly 0 (finite: a row with no real key, e.g.
-        # a filler row of a padded batch, gives a uniform average rather than NaN).
-        pad_BS = 1.0 - mask_BT.astype(jnp.float32)
-        bias_B11S = pad_BS[:, None, None, :] * jnp.finfo(jnp.float32).min
+        # Every query reads every real key (padding queries too, as in Hugging Face BERT, whose
+        # additive float32-minimum mask gives padding keys a softmax weight of exactly 0). A row
+        # with no real key (a filler row of a padded batch) gets an attention output of 0.
+        mask_BTS = attention.make_mask("bidirectional", mask_BT.astype(bool))
         hidden = [self.embeddings(ids_BT, types_BT)]
         for layer in self.layers:
-            hidden.append(layer(hidden[-1], bias_B11S))
+            hidden.append(layer(hidden[-1], mask_BTS))
         return hidden
 
 
@@ -167,16 +169,12 @@ def _layer_norm(cfg: MiniLMConfig, rngs: nnx.Rngs) -> nnx.LayerNorm:
     return nnx.LayerNorm(cfg.hidden, epsilon=cfg.layer_norm_eps, use_fast_variance=False, rngs=rngs)
 
 
-@functools.lru_cache(maxsize=16)
-def _graphdef(cfg: MiniLMConfig):
-    """The static structure, built abstractly (no parameter memory)."""
-    graphdef, _ = nnx.split(nnx.eval_shape(lambda: Encoder(cfg, nnx.Rngs(0))))
-    return graphdef
+ENCODER = PureModule(Encoder)
 
 
 def init_params(cfg: MiniLMConfig, rng: jax.Array) -> dict:
     """Random parameters (tests, small configs); same pytree as `load`'s."""
-    return nnx.to_pure_dict(nnx.state(Encoder(cfg, nnx.Rngs(params=rng))))
+    return ENCODER.init(cfg, rng)
 
 
 def encode(params: dict, ids_BT, mask_BT, types_BT=None, *, cfg=MINILM_L6) -> list[jax.Array]:
@@ -186,7 +184,7 @@ def encode(params: dict, ids_BT, mask_BT, types_BT=None, *, cfg=MINILM_L6) -> li
         types_BT = jnp.zeros_like(ids_BT)
     if ids_BT.shape[1] > cfg.max_positions:
         raise ConfigError(f"encode: {ids_BT.shape[1]} tokens > max_positions={cfg.max_positions}")
-    model = nnx.merge(_graphdef(cfg), params)
+    model = ENCODER.bind(cfg, params)
     return model(jnp.asarray(ids_BT), jnp.asarray(mask_BT), jnp.asarray(types_BT))
 
 

@@ -214,3 +214,20 @@ def test_bidirectional_attention_reads_later_tokens():
     a, _ = apply_jit(cfg, params_for(), tokens_BT)
     b, _ = apply_jit(cfg, params_for(), changed)
     assert np.abs(a[:, 0] - b[:, 0]).min(axis=-1).min() > 1e-4  # every row, every position
+
+
+def test_precision_reaches_both_products():
+    # The option a float32 port (methods/tpc's MiniLM) needs on accelerators: both einsums
+    # (scores and the weighted sum) carry it; without it, jax's default as before.
+    q_BTHK = jax.random.normal(jax.random.key(0), (1, 3, 2, 4))
+    mask_BTS = attention.make_mask("bidirectional", jnp.array([[True, True, False]]))
+
+    def dots(**kw):
+        fn = jax.jit(lambda q: attention.attend(q, q, q, mask_BTS, **kw))
+        return [line for line in fn.lower(q_BTHK).as_text().splitlines() if "dot_general" in line]
+
+    highest = dots(precision=jax.lax.Precision.HIGHEST)
+    assert len(highest) == 2 and all("precision = [HIGHEST, HIGHEST]" in d for d in highest)
+    assert all("HIGHEST" not in d for d in dots())
+    with pytest.raises(ValueError, match="needs impl='xla'"):
+        attention.attend(q_BTHK, q_BTHK, q_BTHK, mask_BTS, impl="dot_product", precision="highest")
