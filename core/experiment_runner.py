@@ -64,6 +64,7 @@ class ClaimSpec:
     margin: float  # the margin (beats, no_worse) or the target (at_least, at_most)
     baseline: str | None = None  # beats / no_worse: the arm subtracted, paired by seed
     quick_margin: float | None = None  # in quick records (None: `margin`)
+    quick_metric: str | None = None  # in quick records (None: `metric`), e.g. another length
     in_quick: bool = True  # False: left out of quick records
     label: str | None = None  # the claim's metric name (default: see `metric_label`)
 
@@ -76,13 +77,14 @@ class ClaimSpec:
                 f"one, {', '.join(SINGLE)} take none"
             )
 
-    @property
-    def metric_label(self) -> str:
+    def metric_label(self, metric: str) -> str:
+        """The claim's metric name: `label`, else "<arm>/<metric>" (at_least, at_most) or
+        "<metric>: <arm> - <baseline>" (beats, no_worse)."""
         if self.label:
             return self.label
         if self.baseline is None:
-            return f"{self.arm}/{self.metric}"
-        return f"{self.metric}: {self.arm} - {self.baseline}"
+            return f"{self.arm}/{metric}"
+        return f"{metric}: {self.arm} - {self.baseline}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +147,8 @@ def _jsonable(config: Any) -> Any:
 
 
 def _label(slug: str, arm: str, point: dict, seed: int) -> str:
-    return " ".join([f"{slug} {arm}", *(f"{a}={v:g}" for a, v in point.items()), f"seed {seed}"])
+    values = (f"{a}={v:g}" if isinstance(v, float) else f"{a}={v}" for a, v in point.items())
+    return " ".join([f"{slug} {arm}", *values, f"seed {seed}"])
 
 
 def run_one(experiment: Experiment, config: Any, code: str, workdir: str, label: str) -> dict:
@@ -309,9 +312,10 @@ def claims(experiment: Experiment, record: dict) -> list[IntervalClaim]:
         if quick and (not spec.in_quick or any(n not in chosen for n in names)):
             continue
         margin = spec.quick_margin if quick and spec.quick_margin is not None else spec.margin
-        values = [reported(record, n, spec.metric, chosen) for n in names]
+        metric = spec.quick_metric if quick and spec.quick_metric is not None else spec.metric
+        values = [reported(record, n, metric, chosen) for n in names]
         build = getattr(IntervalClaim, spec.form)
-        out.append(build(spec.text, spec.metric_label, *values, margin))
+        out.append(build(spec.text, spec.metric_label(metric), *values, margin))
     return out
 
 

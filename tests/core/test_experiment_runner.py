@@ -33,11 +33,12 @@ class FakeRuns:
     def __call__(self, config, workdir):
         self.calls.append((config["arm"], config["lr"], config["seed"]))
         x = math.log10(config["lr"])
-        base = config["effect"] + seed_noise(config["seed"])
+        base = config["effect"] + seed_noise(config["seed"]) + 0.05 * (config.get("kind") == "b")
         score = lambda peak: 1 - 0.1 * (x - math.log10(peak)) ** 2 + base  # noqa: E731
         return {
             "validation/score": score(config["val_peak"]),
             "test/score": score(config["test_peak"]),
+            "test/q": 0.5 if config["quick"] else 0.0,  # a quick run's own metric
         }
 
 
@@ -51,7 +52,9 @@ def arm(name, *, effect=0.0, val_peak=1e-3, test_peak=1e-2, lrs=LRS, **kw):
 
 
 BEATS = ClaimSpec("beats", "better beats base", "test/score", "better", EFFECT / 2, "base")
-AT_LEAST = ClaimSpec("at_least", "base is fine", "test/score", "base", 0.5, quick_margin=0.4)
+AT_LEAST = ClaimSpec(
+    "at_least", "base is fine", "test/score", "base", 0.5, quick_margin=0.4, quick_metric="test/q"
+)
 
 
 def experiment(runs, arms=None, claims=(BEATS, AT_LEAST), **kw):
@@ -128,6 +131,23 @@ def test_an_edge_choice_stops_the_claims_unless_open_or_at_chance(tmp_path):
         er.claims(exp, er.measure(exp, str(tmp_path)))
 
 
+def test_arms_without_a_grid_or_on_a_categorical_axis(tmp_path):
+    settings = dict(effect=0.0, val_peak=1e-3, test_peak=1e-2, lr=1e-3)
+    arms = (
+        arm("better", effect=EFFECT),
+        Arm("base", settings=settings),  # one point: {}
+        Arm("kinds", grid={"kind": ("a", "b")}, settings=settings),  # no edge to extend
+    )
+    record = er.measure(experiment(FakeRuns(), arms=arms), str(tmp_path))
+    chosen = er.choices(round_trip(record))
+    assert [chosen[a].point for a in ("better", "base", "kinds")] == [
+        {"lr": 1e-3},
+        {},
+        {"kind": "b"},
+    ]
+    assert record["edges"] == [] and len(er.claims(experiment(FakeRuns(), arms=arms), record)) == 2
+
+
 def test_claims_rederived_from_the_saved_record_equal_the_live_ones(tmp_path):
     exp = experiment(FakeRuns())
     record = er.measure(exp, str(tmp_path))
@@ -183,6 +203,7 @@ def test_quick_records_use_quick_margins_and_leave_out_what_did_not_run(tmp_path
     assert record["edges"] and record["edges"][0]["open"] is None  # recorded, not refused
     (claim,) = er.claims(exp, round_trip(record))
     assert (claim.text, claim.margin, claim.n) == ("base is fine", 0.4, 3)
+    assert (claim.metric, claim.interval.mean) == ("base/test/q", 0.5)
     # A full record missing a claim's arm is an error, not a skipped claim.
     full = er.measure(experiment(FakeRuns()), str(tmp_path))
     del full["config"]["arms"]["better"]
