@@ -16,7 +16,7 @@
   every step; the tree under the benchmark's protocol (`data.tree_protocol="benchmark"`) cycles
   through a fixed training set in shuffled epochs, reports its accuracy on that set and on the
   held-out trees, and (`optim.plateau_every`) halves the update when the training accuracy
-  stops improving (`plateau_step`).
+  stops improving (`plateau_tx`, given the error by `core.steps.gradient_step`).
 
     python -m launch.train --config=configs/csnn.py --workdir=/tmp/csnn
     python -m launch.train --config=configs/csnn.py:task=tree,model=gcn --workdir=/tmp/tree
@@ -31,7 +31,7 @@ import optax
 from optax.contrib import reduce_on_plateau
 
 from core import data as core_data
-from core import optim, precision
+from core import optim, precision, steps
 from core.errors import ConfigError
 from core.method import Method
 from methods.csnn import data, model, tasks
@@ -104,21 +104,15 @@ def plateau_tx(config) -> optax.GradientTransformationExtraArgs:
     )
 
 
-def plateau_step(loss, tx):
-    """`core.steps.gradient_step` that also gives the optimiser the batch's training error (the
-    core's step passes the optimiser no value to schedule on)."""
+def training_error(value, metrics) -> dict:
+    """`core.steps.gradient_step`'s update_args: the batch's training error for the plateau."""
+    del value
+    return {"value": 1.0 - metrics["accuracy"]}
 
-    def step(state, batch, *, rng):
-        grad_fn = jax.value_and_grad(loss, has_aux=True)
-        (value, metrics), grads = grad_fn(state.params, batch, rng=rng, extra=state.extra)
-        error = 1.0 - metrics["accuracy"]
-        updates, opt_state = tx.update(grads, state.opt_state, state.params, value=error)
-        params = optax.apply_updates(state.params, updates)
-        lr_scale = opt_state[-1].scale
-        metrics = {"loss": value, **metrics, "grad_norm": optax.tree.norm(grads)}
-        return state.replace(params=params, opt_state=opt_state), {**metrics, "lr_scale": lr_scale}
 
-    return step
+def plateau_scale(opt_state) -> dict:
+    """`core.steps.gradient_step`'s opt_metrics: the plateau's current update scale."""
+    return {"lr_scale": opt_state[-1].scale}
 
 
 def eval_graphs(task: tasks.Task, seed: int, count: int) -> dict:
@@ -226,7 +220,7 @@ def make(config) -> Method:
         if d.task != "tree":
             raise ConfigError("optim.plateau_every > 0 schedules on accuracy: task=tree only")
         tx = plateau_tx(config)
-        step = plateau_step(loss, tx)
+        step = steps.gradient_step(loss, tx, update_args=training_error, opt_metrics=plateau_scale)
     return Method(
         init=lambda rng, batch_spec: {"params": model.init(cfg, rng)},
         loss=loss,

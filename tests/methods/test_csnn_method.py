@@ -5,11 +5,14 @@ to one device, and config errors."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 import methods
 from configs import csnn as csnn_config
+from core import steps as core_steps
 from core.errors import ConfigError
+from core.state import TrainState
 from methods.csnn import data, graph_ops, model, tasks
 from tests.methods.mesh_check import losses_on_mesh
 
@@ -162,3 +165,56 @@ def test_plateau_halves_after_patience_windows_as_torch():
     assert _plateau_scales([0.5] + [0.49995] * 4, patience=3)[-1] == 0.5
     improving = [0.5 - 0.001 * k for k in range(5)]
     assert _plateau_scales(improving, patience=3)[-1] == 1.0
+
+
+def _copied_plateau_step(loss, tx):
+    """The step CSNN carried before core.steps.gradient_step took update_args: the reference."""
+
+    def step(state, batch, *, rng):
+        grad_fn = jax.value_and_grad(loss, has_aux=True)
+        (value, metrics), grads = grad_fn(state.params, batch, rng=rng, extra=state.extra)
+        error = 1.0 - metrics["accuracy"]
+        updates, opt_state = tx.update(grads, state.opt_state, state.params, value=error)
+        params = optax.apply_updates(state.params, updates)
+        lr_scale = opt_state[-1].scale
+        metrics = {"loss": value, **metrics, "grad_norm": optax.tree.norm(grads)}
+        return state.replace(params=params, opt_state=opt_state), {**metrics, "lr_scale": lr_scale}
+
+    return step
+
+
+def test_plateau_through_the_core_step_equals_the_copied_step():
+    """The core's gradient step given CSNN's training error and scale metric is bitwise the
+    copied step it replaced, across a plateau drop. (The same held on the benchmark tree's
+    smoke config for 12 steps of the real model: issue 38's report.)"""
+    config = csnn_config.get_config("task=tree,protocol=benchmark,size=smoke")
+    config.optim.plateau_every, config.optim.plateau_patience, config.optim.lr = 1, 1, 0.1
+    tx = methods.csnn.plateau_tx(config)
+    x_BF = jax.random.normal(jax.random.PRNGKey(0), (32, 3))
+    batch = {"x": x_BF, "y": jnp.sign(x_BF[:, 0] + 0.5 * x_BF[:, 1] ** 2)}  # not separable
+
+    def logistic(params, batch, *, rng, extra):
+        del rng, extra
+        logit_B = batch["x"] @ params["w"]
+        accuracy = jnp.mean(jnp.sign(logit_B) == batch["y"])
+        return jnp.mean(jax.nn.softplus(-batch["y"] * logit_B)), {"accuracy": accuracy}
+
+    new_step = core_steps.gradient_step(
+        logistic,
+        tx,
+        update_args=methods.csnn.training_error,
+        opt_metrics=methods.csnn.plateau_scale,
+    )
+    params = {"w": jnp.array([-0.3, 0.2, 0.3])}  # accuracy 0.31, rising for 8 steps
+    runs = []
+    for step in (jax.jit(_copied_plateau_step(logistic, tx)), jax.jit(new_step)):
+        state = TrainState(jnp.int32(0), jax.random.PRNGKey(0), params, tx.init(params), {})
+        rows = []
+        for _ in range(12):
+            state, metrics = step(state, batch, rng=None)
+            rows.append({k: np.asarray(v).tobytes() for k, v in metrics.items()})
+        runs.append((np.asarray(state.params["w"]).tobytes(), rows))
+    assert runs[0] == runs[1]
+    scales = [np.frombuffer(row["lr_scale"], np.float32)[0] for row in runs[1][1]]
+    # Full rate while the accuracy rises (the error falls), halved once it stalls.
+    assert set(scales[:8]) == {1.0} and min(scales) < 1.0
