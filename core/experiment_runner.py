@@ -180,12 +180,18 @@ def measure(experiment: Experiment, workdir: str, *, quick: bool = False) -> dic
             for seed in seeds:
                 config = e.config_of(arm, point, seed, quick)
                 first_configs.setdefault(arm.name, _jsonable(config))
-                metrics = run_one(e, config, code, workdir, _label(e.slug, arm.name, point, seed))
+                label = _label(e.slug, arm.name, point, seed)
+                metrics = run_one(e, config, code, workdir, label)
                 where = {e.arm_key: arm.name, **point, "seed": seed}
                 if set(where) & set(metrics):
                     raise ConfigError(
                         f"{e.slug}: run metrics {sorted(set(where) & set(metrics))} clash "
                         "with the row's arm, grid axes or seed"
+                    )
+                if e.select_on is not None and e.select_on not in metrics:
+                    raise ConfigError(
+                        f"{e.slug}: {label} returned no select_on={e.select_on!r} (it has "
+                        f"{sorted(metrics)[:6]})"
                     )
                 rows.append({**where, **metrics})
     config = {

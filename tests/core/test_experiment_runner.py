@@ -106,6 +106,15 @@ def test_selection_on_a_test_metric_or_a_grid_without_selection_is_refused():
         experiment(FakeRuns(), claims=(ClaimSpec("at_most", "x", "test/score", "nobody", 1.0),))
 
 
+def test_a_run_without_the_selection_metric_or_with_clashing_keys_is_refused(tmp_path):
+    renamed = lambda config, workdir: {"validation/other": 1.0}  # noqa: E731
+    with pytest.raises(ConfigError, match="toy: toy better lr=0.0001 seed 0 returned no select"):
+        er.measure(experiment(renamed), str(tmp_path / "a"))
+    clashing = lambda config, workdir: {"validation/score": 1.0, "seed": 7}  # noqa: E731
+    with pytest.raises(ConfigError, match=r"toy: run metrics \['seed'\] clash"):
+        er.measure(experiment(clashing), str(tmp_path / "b"))
+
+
 def test_an_edge_choice_stops_the_claims_unless_open_or_at_chance(tmp_path):
     edgy = (arm("better", effect=EFFECT, val_peak=1e-1), arm("base"))  # peak past the grid
     record = er.measure(experiment(FakeRuns(), arms=edgy), str(tmp_path))
