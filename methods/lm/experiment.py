@@ -14,7 +14,9 @@ validation split is read): `measure` trains every (task, seed) run through the r
 returns the results record (`launch.reproduce` saves full runs to `methods/lm/results/full.json`),
 and `claims_from_results` derives the claims from that record alone, so
 `python -m launch.reproduce --methods=lm --from_results` rebuilds the table without training.
-The committed record predates the runner; `experiment_runner.adopt_older` reads it unchanged.
+The committed record predates the runner; `experiment_runner.adopt_older` reads it unchanged
+(a record the runner writes keeps each run's training losses in its row, "losses", where the
+committed one has them under "loss_curves", and each task's config under config.run_config).
 """
 
 import dataclasses
