@@ -42,10 +42,13 @@ def source_files(slug: str | None = None, repo: str = REPO) -> list[str]:
     return sorted(found)
 
 
-def run_sources(slug: str, *, besides: Iterable[str] = ("experiment.py", "bench.py")) -> tuple:
+READERS = ("experiment.py", "report.py", "bench.py")
+
+
+def run_sources(slug: str, *, besides: Iterable[str] = READERS) -> tuple:
     """`source_files(slug)` without the method's files that only read numbers (its experiment's
-    claims, tables and grids; its benchmark): the code key of a run cache, so that editing a
-    claim or widening a grid refits only the new points."""
+    claims and grids, `report.py`'s tables and figures of a record; its benchmark): the code key
+    of a run cache, so that editing a claim or widening a grid refits only the new points."""
     leave_out = {f"methods/{slug}/{name}" for name in besides}
     return tuple(f for f in source_files(slug) if f not in leave_out)
 
