@@ -119,36 +119,43 @@ def loss_fn(cfg: ProbeConfig, params, batch, *, rng, extra):
     return loss, {"acc": jnp.mean((logit_B > 0) == (y_B > 0.5)), "order": order}
 
 
-def stage_step(cfg: ProbeConfig, loss, tx, stage: int):
-    """The step of stage `stage`: the truncation at its order, gradients and updates masked to
-    its trainable blocks (module docstring)."""
-    mask_K = trainable(cfg, stage)
+def keep_blocks(mask_K) -> optax.GradientTransformation:
+    """Stateless: U's and lam's updates times the [K] block mask (0 for frozen blocks)."""
 
-    def masked(tree):
-        return {"U": tree["U"] * mask_K[:, None, None], "lam": tree["lam"] * mask_K[:, None]}
+    def update(updates, state, params=None):
+        del params
+        return {
+            "U": updates["U"] * mask_K[:, None, None],
+            "lam": updates["lam"] * mask_K[:, None],
+        }, state
 
-    def step(state, batch, *, rng):
-        extra = {**state.extra, "order": jnp.int32(stage_order(cfg, stage))}
-        grad_fn = jax.value_and_grad(loss, has_aux=True)
-        (value, metrics), grads = grad_fn(state.params, batch, rng=rng, extra=extra)
-        grads = masked(grads)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, masked(updates))
-        metrics = {"loss": value, **metrics, "grad_norm": optax.tree.norm(grads)}
-        return state.replace(params=params, opt_state=opt_state), metrics
+    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
-    return step
+
+def stage_tx(cfg: ProbeConfig, tx, stage: int) -> optax.GradientTransformation:
+    """`tx` on stage `stage`'s trainable blocks: gradients masked before it (before clipping)
+    and updates after it (after weight decay). The masks hold no state, so every stage's
+    optimiser state has the same structure (the switch re-initialises it at stage starts)."""
+    keep = keep_blocks(trainable(cfg, stage))
+    return optax.chain(keep, tx, keep)
 
 
 def staged_step(cfg: ProbeConfig, loss, tx, steps_per_stage: int):
     """Stage s for steps [s, s + 1) x steps_per_stage (the last stage runs on), each starting
-    from a fresh optimiser state: `core.steps.switch` on the step count with a reset."""
+    from a fresh optimiser state: `core.steps.switch` on the step count with a reset. Stage s
+    is the core's gradient step with `stage_tx`, its loss seeing `extra["order"]`."""
     lengths = [steps_per_stage] * (cfg.num_stages - 1)
+
+    def stage_step(stage):
+        order = stage_order(cfg, stage)
+        step = steps.gradient_step(loss, stage_tx(cfg, tx, stage))
+        return steps.with_schedules(step, {"order": lambda _: jnp.int32(order)})
+
     return steps.switch(
-        [stage_step(cfg, loss, tx, s) for s in range(cfg.num_stages)],
+        [stage_step(s) for s in range(cfg.num_stages)],
         steps.by_step(lengths),
         reset=steps.at_branch_start(lengths),
-        tx=tx,
+        tx=stage_tx(cfg, tx, 0),
     )
 
 
@@ -197,7 +204,15 @@ def make_method(config, splits, probe: linear.Probe) -> Method:
         return out
 
     step = staged_step(cfg, loss, tx, sps)
-    return Method(init=init, loss=loss, step=step, tx=tx, dataset=dataset, evaluate=evaluate)
+    # Every stage's optimiser state has stage 0's structure (`stage_tx`).
+    return Method(
+        init=init,
+        loss=loss,
+        step=step,
+        tx=stage_tx(cfg, tx, 0),
+        dataset=dataset,
+        evaluate=evaluate,
+    )
 
 
 class Fit(NamedTuple):

@@ -3,6 +3,7 @@ polynomial, the cascade, the baselines' parameter matching and config errors. Sy
 only (methods/tpc/planted.py); the datasets have their own tests."""
 
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -11,8 +12,11 @@ import optax
 import pytest
 
 from configs import tpc as tpc_config
+from core import optim
+from core import steps as core_steps
 from core import train as core_train
 from core.errors import ConfigError
+from core.state import TrainState
 from methods import tpc
 from methods.tpc import baselines, cascade, experiment, linear, model, planted
 from methods.tpc import train as tpc_train
@@ -447,3 +451,58 @@ def test_quick_experiment(tmp_path):
     lin = experiment.per_seed(record, "digits", "linear")
     assert all(prog[s][-1] > lin[s][0] + 0.005 for s in (0, 1, 2)), (prog, lin)
     assert len(report.figures) == 1 and report.figures[0].endswith(".png")
+
+
+def _copied_stage_step(cfg, loss, tx, stage: int):
+    """The stage step TPC carried before it moved onto core.steps.gradient_step: the reference."""
+    mask_K = tpc_train.trainable(cfg, stage)
+
+    def masked(tree):
+        return {"U": tree["U"] * mask_K[:, None, None], "lam": tree["lam"] * mask_K[:, None]}
+
+    def step(state, batch, *, rng):
+        extra = {**state.extra, "order": jnp.int32(tpc_train.stage_order(cfg, stage))}
+        grad_fn = jax.value_and_grad(loss, has_aux=True)
+        (value, metrics), grads = grad_fn(state.params, batch, rng=rng, extra=extra)
+        grads = masked(grads)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, masked(updates))
+        metrics = {"loss": value, **metrics, "grad_norm": optax.tree.norm(grads)}
+        return state.replace(params=params, opt_state=opt_state), metrics
+
+    return step
+
+
+def test_staged_core_steps_equal_the_copied_stage_steps():
+    """Three stages of the masked core gradient step (with term dropout, so the rng matters)
+    are bitwise the copied step's params, losses and accuracies. grad_norm is not compared: the
+    core's is the norm of the unmasked gradient, frozen blocks included."""
+    s = planted.splits(8, n_train=64, n_val=16, n_test=16)
+    c = _config(order=4, rank=4, dropout=0.2)
+    c.optim.grad_clip = 0.05  # below the gradients' norm (~0.4): frozen blocks must not count
+    sps = 3
+    c.train.steps, c.train.batch_size = 3 * sps, 16
+    probe = linear.fit(s.x_train, s.y_train, s.x_val, s.y_val)
+    method = tpc.make(c, splits=s, probe=probe)
+    cfg = tpc_train.probe_config(c)
+    tx = optim.make(c.optim, sps)
+    lengths = [sps] * (cfg.num_stages - 1)
+    copied = core_steps.switch(
+        [_copied_stage_step(cfg, method.loss, tx, k) for k in range(cfg.num_stages)],
+        core_steps.by_step(lengths),
+        reset=core_steps.at_branch_start(lengths),
+        tx=tx,
+    )
+    start = method.init(KEY, None)
+    params = start.pop("params")
+    runs = []
+    for step, step_tx in ((copied, tx), (method.step, method.tx)):
+        state = TrainState(jnp.int32(0), KEY, params, step_tx.init(params), start)
+        step, rows = jax.jit(step), []
+        for batch in itertools.islice(method.dataset("train", shard=(0, 1), seed=0), 3 * sps):
+            state, metrics = step(state, batch, rng=jax.random.fold_in(KEY, state.step))
+            state = state.replace(step=state.step + 1)
+            rows.append([np.asarray(metrics[k]).tobytes() for k in ("loss", "acc", "order")])
+        runs.append((jax.tree.map(lambda x: np.asarray(x).tobytes(), state.params), rows))
+    assert runs[0] == runs[1]
+    assert [np.frombuffer(r[2], np.float32)[0] for r in runs[1][1]] == [2] * 3 + [3] * 3 + [4] * 3
