@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from configs import selective_rope as sr_config
-from methods.selective_rope import experiment, loss_fn, model, model_config
+from methods.selective_rope import experiment, gla, loss_fn, model, model_config, rotary
+from methods.selective_rope.config import MODELS, PHI_PARAMETRIZATIONS, POSITIONS
 from tests.methods.mesh_check import losses_on_mesh
 
 KEY = jax.random.PRNGKey(0)
 BASE = model.ModelConfig(vocab_size=5, num_classes=5, d_model=32, num_heads=4, d_ff=48)
-VARIANTS = [(m, p) for m in model.MODELS for p in model.POSITIONS]
+VARIANTS = [(m, p) for m in MODELS for p in POSITIONS]
 # GLA's short conv zeroes padded q/k/v by itself; without it the recurrence's own masking counts.
 PAD_VARIANTS = [
     (m, p, sc) for m, p in VARIANTS for sc in ((True, False) if m == "gla" else (True,))
@@ -30,7 +31,7 @@ def _rotary_params(cfg, rng=KEY):
     return model.init_params(cfg, rng)["blocks"][0]["mixer"]["rotary"]
 
 
-@pytest.mark.parametrize("parametrization", model.PHI_PARAMETRIZATIONS)
+@pytest.mark.parametrize("parametrization", PHI_PARAMETRIZATIONS)
 def test_phi_is_invariant_to_per_head_scaling(parametrization):
     """x is L2-normalised per head chunk: scaling each head's slice of x by its own positive
     factor leaves phi unchanged (a norm over all of x, or none, would not)."""
@@ -81,11 +82,11 @@ def test_phase_gate_multiplies_the_bias():
 def test_temperature_spectra():
     """theta = 1 (state tracking): every pair at temp_max; theta > 1 decays geometrically as RoPE
     (2j/K exponents); "rfa": tan(theta_j / 2) normalised to temp_max, pair 0 never rotates."""
-    np.testing.assert_array_equal(model.temperature(BASE), np.ones(4, np.float32))
-    rope = model.temperature(dataclasses.replace(BASE, temp_theta=1e4, temp_max=2.0))
+    np.testing.assert_array_equal(rotary.temperature(BASE), np.ones(4, np.float32))
+    rope = rotary.temperature(dataclasses.replace(BASE, temp_theta=1e4, temp_max=2.0))
     # float32 rounding of the powers.
     np.testing.assert_allclose(rope, 2.0 * 1e4 ** (-np.arange(4) / 4), rtol=1e-6)
-    rfa = model.temperature(dataclasses.replace(BASE, temp_type="rfa", temp_theta=0.5))
+    rfa = rotary.temperature(dataclasses.replace(BASE, temp_type="rfa", temp_theta=0.5))
     angles = np.linspace(0, 0.5 * np.pi, 4)
     np.testing.assert_allclose(rfa, np.tan(angles / 2) / np.tan(angles[-1] / 2), atol=1e-7)
 
@@ -112,17 +113,17 @@ def test_gla_recurrence_matches_the_naive_formula(chunk):
     log_alpha = -rng.uniform(0.0, 1.5, size=(B, T, H, K))  # strong decay: order bugs show
     o_ref, S_ref = _naive_gla(q, k, v, log_alpha)
     if chunk:
-        o, S = model.gla_chunked(q, k, v, log_alpha, chunk=chunk)
+        o, S = gla.gla_chunked(q, k, v, log_alpha, chunk=chunk)
     else:
-        o, S = model.gla_scan(q, k, v, log_alpha)
+        o, S = gla.gla_scan(q, k, v, log_alpha)
     # float32 accumulation over <= 13 terms of size ~1.
     np.testing.assert_allclose(o, o_ref, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(S, S_ref, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("kind", model.MODELS)
+@pytest.mark.parametrize("kind", MODELS)
 def test_parameter_counts_are_matched(kind):
-    counts = {p: model.count_params(_variant(kind, p)) for p in model.POSITIONS}
+    counts = {p: model.count_params(_variant(kind, p)) for p in POSITIONS}
     assert _variant(kind, "rope").d_ff > _variant(kind, "selective").d_ff
     for position in ("rope", "none"):
         assert abs(counts[position] - counts["selective"]) / counts["selective"] < 0.01, counts
@@ -234,7 +235,7 @@ def test_steady_increments_are_what_one_token_adds_anywhere():
     steps = model.steady_increments(cfg, params, [1, 2])
     # float32 sums of ~20 terms of size ~1: 1e-5.
     np.testing.assert_allclose(
-        (angle_2 - angle_1)[0] * model.temperature(cfg), steps[1] - steps[0], atol=1e-5
+        (angle_2 - angle_1)[0] * rotary.temperature(cfg), steps[1] - steps[0], atol=1e-5
     )
 
 
