@@ -346,7 +346,12 @@ def run(
             if train.checkpoint_every and step % train.checkpoint_every == 0:
                 logger.flush()  # this step's row is stored before its checkpoint can commit
                 ckpt.save(step, state, session.data_iter, config_json)
-            due = [s for s in session.streams if s.periodic_at(step, every)]
+            last = step == train.steps  # every stream due now shares this step's row
+            due = [
+                s
+                for s in session.streams
+                if s.periodic_at(step, every) or (last and s.at_end(train.steps, every))
+            ]
             if due:
                 logger.flush()
                 logger.log_eval(step, evaluate(session, state, due))
@@ -360,8 +365,9 @@ def run(
             preemption.mark()
             if is_main:
                 print(f"preempted: checkpoint saved at step {step}; rerun to continue", flush=True)
-        elif due := [s for s in session.streams if s.at_end(train.steps, every)]:
-            logger.log_eval(train.steps, evaluate(session, state, due))
+        elif step == start and (due := [s for s in session.streams if s.at_end(step, every)]):
+            # A finished run started again: its final evaluation, as at its end.
+            logger.log_eval(step, evaluate(session, state, due))
     finally:
         profiler.close()
         watcher.close()
