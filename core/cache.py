@@ -24,14 +24,17 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from core import preemption
+from core import preemption, workdir
 from core.errors import ConfigError
 
 
 def canonical(config: Any) -> str:
-    """The config as sorted, compact JSON (a ConfigDict via its dict), the text that is hashed."""
+    """The config as sorted, compact JSON (a ConfigDict via its dict), the text that is hashed;
+    the instruments (`core.workdir.INSTRUMENTS`: a profile, TensorBoard) left out."""
     if hasattr(config, "to_dict"):
         config = config.to_dict()
+    if isinstance(config, dict):
+        config = workdir.without_instruments(config)
     try:
         return json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=True)
     except TypeError as e:

@@ -26,8 +26,24 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: list(tree) if isinstance(tree, tuple) else tree}
 
 
+# Fields that observe a run and change nothing it computes: turning one on (a profile of a
+# resumed run's next steps) or a workdir made before it existed is no config change, and no
+# run-cache key (core.cache) depends on it.
+INSTRUMENTS = ("train.profile", "train.tensorboard")
+
+
+def without_instruments(config: dict) -> dict:
+    """`config` (a nested dict) without the `INSTRUMENTS` fields."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items()}
+    for field in INSTRUMENTS:
+        section, name = field.split(".")
+        if isinstance(out.get(section), dict):
+            out[section].pop(name, None)
+    return out
+
+
 def config_diff(old: dict, new: dict) -> list[str]:
-    a, b = flatten(old), flatten(new)
+    a, b = flatten(without_instruments(old)), flatten(without_instruments(new))
     missing = object()
     return [
         f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}"

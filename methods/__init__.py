@@ -6,6 +6,7 @@ No registry: a method exists when its package does.
 import importlib
 import pkgutil
 
+from core import validate
 from core.errors import ConfigError
 from core.method import Method
 
@@ -15,7 +16,11 @@ def available() -> list[str]:
 
 
 def make(config) -> Method:
+    """The method `config.method` names, made from `config`: the generic fields are checked
+    first (`core.validate`), and every error its `make` raises names the method."""
     name = config.method
     if name not in available():
         raise ConfigError(f"unknown method {name!r}; available: {', '.join(available())}")
-    return importlib.import_module(f"methods.{name}").make(config)
+    with validate.naming(config):
+        validate.config(config)
+        return importlib.import_module(f"methods.{name}").make(config)

@@ -13,7 +13,7 @@ import numpy as np
 import optax
 import pytest
 
-from core import optim, steps, train
+from core import cache, optim, steps, train, workdir
 from core.errors import ConfigError
 from core.method import Evaluator, Method
 from tests.core.test_evaluators import dataset, sq_error
@@ -95,3 +95,19 @@ def test_a_killed_scoped_switching_evaluated_run_resumes_bitwise(tmp_path):
     rows = lambda d: [json.loads(r) for r in (d / "metrics.jsonl").read_text().splitlines()]
     assert rows(run_dir) == rows(tmp_path / "whole")  # every train and eval row, once
     assert any("eval/short/mse" in r for r in rows(run_dir) if r["step"] == 9)
+
+
+def test_instruments_are_no_config_change_and_no_cache_key(tmp_path):
+    method = Method(init, loss=mse, dataset=dataset)
+    train.run(config(4, checkpoint_every=2), method, str(tmp_path), devices=one())
+    # The same run again with a profile and TensorBoard on: accepted, no config change.
+    train.run(config(4, checkpoint_every=2, tensorboard=True), method, str(tmp_path))
+    before = config(4).to_dict()  # a workdir recorded before the instruments existed
+    for field in workdir.INSTRUMENTS:
+        section, name = field.split(".")
+        del before[section][name]
+    assert workdir.config_diff(before, config(4, profile="1:2", tensorboard=True).to_dict()) == []
+    assert workdir.config_diff(before, config(5).to_dict()) == ["train.steps: 4 -> 5"]
+    key = lambda c: cache.key(c, "code")
+    assert key(config(4)) == key(config(4, profile="1:2", tensorboard=True)) == key(before)
+    assert key(config(4)) != key(config(5))
