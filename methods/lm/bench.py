@@ -12,7 +12,14 @@ One process measures, on the same devices:
    `core.train.run` drives the device), on batches made beforehand so host-side data generation
    is not timed.
 
-3. the gradient of one SwiGLU MLP at the step's sizes with its dense layers computed two ways:
+3. the whole train step against the gradient it is built on: `session.step` (state donated and
+   fed back) and the jitted `value_and_grad` of the LM loss alone, on one batch, timed in
+   alternation (step, gradient, step, ...) so that a shared host's load moves both alike; also
+   the process's CPU seconds per call (all threads: on the CPU backend, the work done whatever
+   the load) and XLA's FLOP count of each, whose ratio exposes any second pass over the model
+   (a forward pass is a third of the gradient's FLOPs, the optimiser a few per parameter).
+
+4. the gradient of one SwiGLU MLP at the step's sizes with its dense layers computed two ways:
    x[B, T, D] @ W as a 3-D `lax.dot_general` (Flax's default) and with B, T merged first
    (`core.nn.layers.flat_dot_general`, what the transformer's layers use). The weight
    gradient of the 3-D form contracts two dims, which XLA:CPU wraps in layout transposes.
@@ -24,6 +31,9 @@ the compiled step (which also counts the optimizer, norms and softmax) gives a s
 the backend provides one. Another config or more devices: `measure(config=..., devices=8)`.
 """
 
+import functools
+import os
+import statistics
 import time
 
 import jax
@@ -32,13 +42,20 @@ import numpy as np
 from jax import lax
 
 from configs import lm as lm_config
-from core import train
+from core import precision, train
 from core.benchmark import Ratio, Result, matmul_peak, median_seconds
 from core.nn import layers, transformer
 from core.precision import compute_dtype
 from methods import lm
 
 WARMUP_STEPS = 2  # after compile: the first executions can still pay one-off allocation costs
+
+
+def _xla_flops(compiled) -> float | None:
+    """XLA's FLOP count of one device's partition of a compiled program (None: not counted)."""
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list | tuple) and cost else cost
+    return cost["flops"] if cost and cost.get("flops", -1) > 0 else None
 
 
 def _train_step_speed(config, devices, steps: int) -> dict:
@@ -54,10 +71,9 @@ def _train_step_speed(config, devices, steps: int) -> dict:
     start = time.perf_counter()
     compiled = session.step.lower(state, batches[0]).compile()
     compile_s = time.perf_counter() - start
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list | tuple) and cost else cost
     # Of one device's partition of the SPMD program: summed over devices for the whole step.
-    xla_flops = len(devices) * cost["flops"] if cost and cost.get("flops", -1) > 0 else None
+    partition_flops = _xla_flops(compiled)
+    xla_flops = len(devices) * partition_flops if partition_flops else None
 
     for batch in batches[: WARMUP_STEPS + 1]:
         state, metrics = compiled(state, batch)
@@ -91,6 +107,60 @@ def _train_step_speed(config, devices, steps: int) -> dict:
         "xla_flops_per_s": xla_flops * steps_per_s if xla_flops else None,
         "final_loss": float(metrics["loss"]),
         "data_generation_timed": False,
+    }
+
+
+def _step_over_gradient(config, devices, rounds: int, repeats: int) -> dict:
+    """Seconds per call of the core's train step and of the LM loss's gradient alone (same
+    batch, same devices, same matmul precision), alternated over `rounds` rounds of `repeats`
+    calls each; medians over rounds, and process CPU seconds per call."""
+    session = train.init(config, lm.make(config), devices=devices)
+    batch = session.next_batch()
+    params = jax.tree.map(jnp.copy, session.state.params)  # the step donates the session's
+    loss = functools.partial(session.method.loss, rng=None, extra={})  # the LM reads neither
+    gradient = jax.jit(precision.traced_with(config, jax.value_and_grad(loss, has_aux=True)))
+    flops = {
+        "train_step": _xla_flops(session.step.lower(session.state, batch).compile()),
+        "gradient": _xla_flops(gradient.lower(params, batch).compile()),
+    }
+    state = session.state
+
+    def run_step():
+        nonlocal state
+        state, metrics = session.step(state, batch)
+        jax.block_until_ready((state, metrics))
+
+    def run_gradient():
+        jax.block_until_ready(gradient(params, batch))
+
+    calls = {"train_step": run_step, "gradient": run_gradient}
+    for call in calls.values():  # compile, then the first executions' one-off costs
+        for _ in range(WARMUP_STEPS):
+            call()
+    wall = {name: [] for name in calls}
+    cpu = {name: [] for name in calls}
+    load_before = os.getloadavg()
+    for _ in range(rounds):
+        for name, call in calls.items():
+            start = time.process_time()
+            wall[name].append(median_seconds(call, repeats, warmup=0))
+            cpu[name].append((time.process_time() - start) / repeats)
+    median = {name: statistics.median(times) for name, times in wall.items()}
+    median_cpu = {name: statistics.median(times) for name, times in cpu.items()}
+    return {
+        "rounds": rounds,
+        "repeats": repeats,
+        "seconds": median,
+        "cpu_seconds": median_cpu,
+        "seconds_by_round": wall,
+        "cpu_seconds_by_round": cpu,
+        "xla_flops": flops,
+        "xla_flops_ratio": (
+            flops["train_step"] / flops["gradient"] if all(flops.values()) else None
+        ),
+        "platform": devices[0].platform,
+        "load_before": list(load_before),
+        "load_after": list(os.getloadavg()),
     }
 
 
@@ -139,11 +209,12 @@ def measure(*, smoke: bool = False, config=None, devices: int = 1) -> Result:
     step = _train_step_speed(config, devs, steps)
     peak = peaks[step_dtype]
     m = config.model
-    what = (
-        f"LM train step ({m.num_layers}-layer, d_model {m.d_model}, batch "
-        f"{config.train.batch_size} x {step['tokens_per_step'] // config.train.batch_size} "
-        f"tokens, {step_dtype}, {len(devs)} device(s)) vs the {step_dtype} matmul peak"
+    setting = (
+        f"{m.num_layers}-layer, d_model {m.d_model}, batch {config.train.batch_size} x "
+        f"{step['tokens_per_step'] // config.train.batch_size} tokens, {step_dtype}, "
+        f"{len(devs)} device(s)"
     )
+    what = f"LM train step ({setting}) vs the {step_dtype} matmul peak"
     peak_label = f"matmul peak (N={peak['best_size']})"
     ratios = [
         Ratio(
@@ -166,6 +237,26 @@ def measure(*, smoke: bool = False, config=None, devices: int = 1) -> Result:
                 "FLOP/s",
             )
         )
+    rounds, step_repeats = (2, 2) if smoke else (7, 5)
+    overhead = _step_over_gradient(config, devs, rounds, step_repeats)
+    over_gradient = f"LM train step over its gradient ({setting})"
+    # The process's CPU time is the work done only on the CPU backend (elsewhere, the host's).
+    measures = [("seconds", "seconds per call", "s")]
+    if overhead["platform"] == "cpu":
+        measures.append(("cpu_seconds", "process CPU seconds per call (the work, any load)", "s"))
+    if overhead["xla_flops_ratio"]:
+        measures.append(("xla_flops", "XLA's FLOP count", "FLOP"))
+    for key, label, unit in measures:
+        ratios.append(
+            Ratio(
+                f"{over_gradient}: {label}",
+                "train step (core.train)",
+                overhead[key]["train_step"],
+                "value_and_grad of the loss",
+                overhead[key]["gradient"],
+                unit,
+            )
+        )
     B, T = config.train.batch_size, step["tokens_per_step"] // config.train.batch_size
     forms = _dense_gradient_forms(B, T, m.d_model, m.d_ff, repeats)
     ratios.append(
@@ -180,6 +271,7 @@ def measure(*, smoke: bool = False, config=None, devices: int = 1) -> Result:
     )
     details = {
         "dense_gradient_seconds": forms,
+        "step_over_gradient": overhead,
         "config": {
             "task": dict(config.task),
             "model": {k: m[k] for k in ("num_layers", "d_model", "num_heads", "d_ff")},

@@ -4,6 +4,7 @@ tests/test_bench.py's smoke test runs the benchmark (`launch.bench --smoke`) and
 generic checks, calls `check_bench` here (found by this file's name: tests/bench_checks.py)."""
 
 import math
+import statistics
 
 import jax
 import pytest
@@ -14,6 +15,20 @@ from tests.bench_checks import positive
 def check_bench(entry: dict) -> None:
     """`entry`: the benchmark's record in the report (its ratios, details and notes)."""
     check_lm(entry["details"])
+    over = entry["details"]["step_over_gradient"]
+    figures = {
+        r["figure"].split(": ")[-1]: r
+        for r in entry["ratios"]
+        if "over its gradient" in r["figure"]
+    }
+    assert set(figures) == {
+        "seconds per call",
+        "process CPU seconds per call (the work, any load)",
+        "XLA's FLOP count",
+    }
+    assert figures["seconds per call"]["a"] == over["seconds"]["train_step"]
+    assert figures["seconds per call"]["b"] == over["seconds"]["gradient"]
+    assert figures["XLA's FLOP count"]["ratio"] == pytest.approx(over["xla_flops_ratio"])
 
 
 def check_lm(d: dict, *, num_devices: int = 1) -> None:
@@ -45,6 +60,25 @@ def check_lm(d: dict, *, num_devices: int = 1) -> None:
     )
     assert step["xla_flops_per_step"] > 0
     assert step["num_params"] > 0 and math.isfinite(step["final_loss"])
+    tokens_per_device = step["tokens_per_step"] / num_devices
+    check_step_over_gradient(d["step_over_gradient"], rounds=2, tokens_per_device=tokens_per_device)
+
+
+def check_step_over_gradient(over: dict, *, rounds: int, tokens_per_device: float) -> None:
+    """The train step timed against the loss's gradient, alternately, `rounds` rounds."""
+    for by_round in (over["seconds_by_round"], over["cpu_seconds_by_round"]):
+        assert set(by_round) == {"train_step", "gradient"}
+        assert all(len(times) == rounds for times in by_round.values())
+        assert all(positive(t) for times in by_round.values() for t in times)
+    for name, times in over["seconds_by_round"].items():
+        assert over["seconds"][name] == statistics.median(times)
+    # XLA's FLOPs of the whole step over the gradient's alone, on one device's share. The
+    # optimiser on every device costs at most 25 FLOPs per parameter (XLA counts 21: clipping's
+    # norm, AdamW), the gradient at least 6 per parameter per token on the device. A second
+    # pass over the model (a metric's own forward pass, recomputation) would add a third of
+    # the gradient's FLOPs: half of that is the margin.
+    optimiser = 25 / (6 * tokens_per_device)
+    assert 1.0 <= over["xla_flops_ratio"] < 1 + optimiser + 1 / 6
 
 
 def test_lm_bench_on_every_device():
