@@ -1,6 +1,9 @@
 """Layers and models shared by several methods. Import the submodules directly (no re-exports,
 so that `import core.nn.positions` does not pay for flax):
 
+  pure         PureModule(constructor): the one adapter between NNX modules and the core
+               (init -> plain params, bind -> the module, graphdef cached per hashable cfg);
+               every model here uses it, and a new NNX model should too
   layers       RMSNorm, dense_factory, SwiGLU (with_gate: the gate pre-activation, a unit
                mask), PreNormBlock (NNX modules any model config uses)
   positions    position encodings for attention: "none", "rope", "rope2d" (a 2-D grid);
