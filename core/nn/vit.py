@@ -5,10 +5,10 @@ plain pytrees outside (as `core.nn.transformer`).
     tokens_BND = apply(cfg, params, images_BHWC)                 # N = (H/p)(W/p) tokens
     tokens_BND, captured = forward(cfg, params, images_BHWC, capture=("blocks/1",))
 
-Architecture: patchify (row-major p x p patches, `core.nn.dit.patchify`) -> Linear(p*p*C, D)
+Architecture: patchify (row-major p x p patches, `core.nn.image.patchify`) -> Linear(p*p*C, D)
 (bias-free, like every dense layer here) -> + positions -> num_layers x `PreNormBlock`
 [RMSNorm -> bidirectional MHA (no rotary) -> residual; RMSNorm -> SwiGLU -> residual] ->
-RMSNorm. Positions (cfg.position): "sincos" (fixed 2-D sin-cos, `dit.sincos_positions` on the
+RMSNorm. Positions (cfg.position): "sincos" (fixed 2-D sin-cos, `image.sincos_positions` on the
 rows x cols grid), "learned" (a [N, D] table, normal(0.02)) or "none". No class token: a
 consumer pools or reads the N patch tokens (the VLM feeds all of them to its decoder).
 
@@ -28,10 +28,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from core.errors import ConfigError
-from core.nn import attention, dit, layers
+from core.nn import attention, image, layers
 from core.nn.pure import PureModule
 
-POSITIONS = dit.POSITIONS
+POSITIONS = image.POSITIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +63,7 @@ class ViTConfig:
                     f"ViTConfig.{name}={getattr(self, name)} must be divisible by "
                     f"patch_size={self.patch_size}"
                 )
-        dit.check_image_blocks(self, "ViTConfig")
+        image.check_image_blocks(self, "ViTConfig")
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -98,11 +98,11 @@ class ViT(nnx.Module):
 
     def __call__(self, images_BHWC, keep):
         cfg = self.cfg
-        patches_BNP = dit.patchify(images_BHWC.astype(jnp.dtype(cfg.dtype)), cfg.patch_size)
+        patches_BNP = image.patchify(images_BHWC.astype(jnp.dtype(cfg.dtype)), cfg.patch_size)
         x_BND = self.embed(patches_BNP)
         if cfg.position == "sincos":
             rows, cols = cfg.grid
-            table_ND = dit.sincos_positions(rows, cfg.d_model, grid_cols=cols)
+            table_ND = image.sincos_positions(rows, cfg.d_model, grid_cols=cols)
             x_BND = x_BND + table_ND.astype(x_BND.dtype)
         elif cfg.position == "learned":
             x_BND = x_BND + self.positions[...].astype(x_BND.dtype)

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from core.errors import ConfigError
-from core.nn import dit, layers, transformer, vit
+from core.nn import image, layers, transformer, vit
 from core.nn.pure import PureModule
 
 Output = transformer.Output
@@ -97,12 +97,12 @@ MERGER = PureModule(_merger)
 def merge_tokens(cfg: VLMConfig, tokens_BND):
     """[B, (H/p)(W/p), D] -> [B, N, merge^2 D]: each merge x merge block of the row-major patch
     grid concatenated (row-major inside the block), blocks in row-major order; the same
-    rearrangement as patchifying the token grid, so `dit.patchify` does it."""
+    rearrangement as patchifying the token grid, so `image.patchify` does it."""
     if cfg.merge == 1:
         return tokens_BND
     B, _, D = tokens_BND.shape
     rows, cols = cfg.vit.grid
-    return dit.patchify(tokens_BND.reshape(B, rows, cols, D), cfg.merge)
+    return image.patchify(tokens_BND.reshape(B, rows, cols, D), cfg.merge)
 
 
 def init_params(cfg: VLMConfig, rng: jax.Array) -> dict:
