@@ -14,6 +14,7 @@ so that `import core.nn.positions` does not pay for flax):
   transformer  the LM: TransformerConfig, init_params, apply (tokens or embeddings), forward
                (captured intermediates), embed, features, head, next_token_loss, init_cache, policy,
                SHARDING_RULES
+  image        patchify / unpatchify, 2-D sin-cos and grid positions, image-stack checks
   dit          DiT / DDT (condition encoder + velocity decoder) for images: DiTConfig,
                init_params, apply / encode / decode (captured intermediates), sampler_fns,
                patchify, null_label (the samplers are core.diffusion's)
