@@ -24,9 +24,14 @@ Every choice is `core.selection.select` on VALIDATION F1 (test numbers choose no
   tau whose validation F1 is within CASCADE_VAL_TOL of the full order's; without one, the
   highest validation F1.
 
-Every run is cached by its config and the training code (`core.cache.cached_run`); the rows go
-into one `core.results` record, from which `claims_from_results` and `table` re-derive every
-number (`python -m launch.reproduce --methods=tpc --from_results`).
+Every run is cached by its config and the training code (`runs.py`: `core.cache.cached_run`);
+the layer and grid choices are `selections.py`'s; the rows go into one `core.results` record,
+from which `claims_from_results` and `report.table` re-derive every number (`python -m
+launch.reproduce --methods=tpc --from_results`).
+
+Not `core.experiment_runner`: it selects each arm on the mean over every seed and records one
+row per (arm, point, seed); here the layer is chosen first, each grid on the first seed alone,
+and tau per seed on validation, which the runner cannot state without changing those choices.
 
 Claims (IntervalClaims over the seeds, paired by seed; margins fixed before the rerun that
 `results/full.json` records), per dataset:
@@ -42,22 +47,18 @@ Claims (IntervalClaims over the seeds, paired by seed; margins fixed before the 
 
 import dataclasses
 import itertools
-import os
 import time
 
-import jax
 import numpy as np
-from ml_collections import ConfigDict
 
-from configs import tpc as tpc_config
-from core import cache, results, selection, stats
+from core import results, selection
 from core.claims import IntervalClaim, Report
 from core.errors import ConfigError
-from methods import tpc
 from methods.tpc import baselines, cascade, model
-from methods.tpc import train as tpc_train
+from methods.tpc.report import derived, plot, table
+from methods.tpc.runs import RUN_SOURCES, Runner, linear_f1
+from methods.tpc.selections import choose_layer, select_arm, unfinished
 
-VALIDATION = "val/f1"
 # A cascade tau qualifies on validation when its F1 is within this of the full order's: about
 # one misclassified positive in digits' 200-row validation split.
 CASCADE_VAL_TOL = 0.005
@@ -72,21 +73,7 @@ ORDER2_GAP = 0.02
 # tau = .5 would exit every row at order 1 (the linear probe).
 TAUS = (0.55, 0.6, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
 LAYERS = tuple(range(7))  # MiniLM-L6: 0 the embeddings, 6 the last layer
-TPC_ARMS = ("progressive", "joint_all", "joint")
 TUNED = ("progressive", "joint_all", "mlp@2", "mlp@N")  # arms with their own grid
-# Sources whose edit can change a run's numbers (not this file: editing a claim or a table
-# keeps every cached run).
-RUN_SOURCES = tuple(
-    sorted(
-        {*results.source_files()}
-        | {
-            f"methods/tpc/{f}.py"
-            for f in ("__init__", "baselines", "data", "linear", "minilm", "minilm_files")
-        }
-        | {"methods/tpc/model.py", "methods/tpc/train.py", "methods/tpc/planted.py"}
-        | {"configs/tpc.py", "configs/common.py"}
-    )
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,163 +125,6 @@ QUICK = Setting(  # three seeds (an interval needs three), short stages, one gri
     context_arms=False,
     tuned=("progressive", "joint_all", "mlp@N"),
 )
-
-
-def _devices():
-    return jax.devices()[:1]  # the probes are tiny: one device, no collectives
-
-
-def base_config(s: Setting, dataset: str, seed: int, layer: int | None) -> ConfigDict:
-    c = tpc_config.get_config(f"size={s.size},dataset={dataset}")
-    c.seed = c.data.seed = seed
-    if layer is not None:
-        c.data.layer = layer
-    c.train.checkpoint_every = 0  # seconds-long runs: a rerun retrains
-    return c
-
-
-def run_config(c: ConfigDict, arm: str, point: dict, epochs: int, n_train: int, hidden=None):
-    """The config of one run: `arm` at grid `point`, the equal budget in steps, and what the
-    cache key needs (the arm, the MLP width)."""
-    c = c.copy_and_resolve_references()
-    c.optim.lr, c.optim.weight_decay = point["lr"], point["weight_decay"]
-    c.model.dropout = point["dropout"]
-    N = c.model.order
-    if arm in TPC_ARMS:
-        c.model.mode = "progressive" if arm == "progressive" else arm
-        per_stage = epochs if arm == "progressive" else epochs * (N - 1)
-        c = tpc_train.with_epochs(c, n_train, per_stage)
-    else:
-        c.train.steps = epochs * (N - 1) * -(-n_train // c.train.batch_size)
-    c.experiment = ConfigDict({"arm": arm, "hidden": hidden or 0})
-    return c
-
-
-def _train_and_evaluate(splits):
-    """`cached_run`'s function: F1 at every order (exit) on validation and test, and the TPC
-    arms' logits (the cascade reads them)."""
-
-    def go(c, run_dir):
-        arm = c.experiment.arm
-        if arm in TPC_ARMS:
-            f = tpc_train.fit(c, splits, run_dir, devices=_devices())
-            forward = jax.jit(model.logits)
-            Y_val = np.asarray(forward(f.params, splits.x_val))
-            Y_test = np.asarray(forward(f.params, splits.x_test))
-            N = Y_val.shape[1]
-            return {
-                "val_f1": [model.f1_score(splits.y_val, Y_val[:, n]) for n in range(N)],
-                "test_f1": [model.f1_score(splits.y_test, Y_test[:, n]) for n in range(N)],
-                "Y_val": Y_val.tolist(),
-                "Y_test": Y_test.tolist(),
-            }
-        b = baselines.fit(c, "mlp", splits, run_dir, hidden=c.experiment.hidden, devices=_devices())
-        return {"val_f1": b.val_f1, "test_f1": b.test_f1}
-
-    return go
-
-
-class Runner:
-    """Cached runs of one dataset and seed."""
-
-    def __init__(self, s: Setting, dataset: str, seed: int, layer, workdir: str, code: str):
-        self.s, self.workdir, self.code = s, workdir, code
-        self.c = base_config(s, dataset, seed, layer)
-        self.splits = tpc.load_splits(self.c)
-        self.label = f"{dataset} seed {seed}"
-        D, N, R = self.splits.x_train.shape[1], self.c.model.order, self.c.model.rank
-        self.counts = model.param_counts(D, N, R)
-        self.hidden = {
-            "mlp@2": baselines.mlp_hidden(int(self.counts[1]), D),
-            "mlp@N": baselines.mlp_hidden(int(self.counts[-1]), D),
-        }
-
-    def run(self, arm: str, point: dict) -> dict:
-        c = run_config(
-            self.c, arm, point, self.s.epochs, len(self.splits.y_train), self.hidden.get(arm)
-        )
-        label = f"{self.label} {arm} {point}"
-        return cache.cached_run(_train_and_evaluate(self.splits), c, self.code, self.workdir, label)
-
-
-def linear_f1(runner: Runner, workdir: str) -> dict:
-    """The linear probe's validation and test F1, cached (its C sweep takes a minute of CPU on
-    prompts)."""
-
-    def fit():
-        lin = baselines.fit_linear(runner.splits)
-        return {"val_f1": lin.val_f1, "test_f1": lin.test_f1}
-
-    d = runner.c.data
-    key = {"linear probe": d.dataset, "seed": d.seed, "layer": d.layer}
-    return cache.cached(fit, config=key, code=runner.code, root=os.path.join(workdir, "cache"))
-
-
-def points(grid: dict) -> list[tuple]:
-    return list(itertools.product(*grid.values()))  # the order `selection.select` uses
-
-
-def choose_layer(s: Setting, workdir: str) -> tuple[int, dict]:
-    """prompts' MiniLM layer: the linear probe's validation F1 on the first seed (as every
-    grid: the CPU budget)."""
-    from methods.tpc import data
-
-    seed = s.seeds[0]
-    data.encode_prompt_layers(seed, s.layers)  # one encoder pass fills every layer's cache
-    code = results.source_hash(RUN_SOURCES)
-
-    def val_f1(layer):  # cached: the scan's fits are minutes on shared cores
-        return lambda: baselines.fit_linear(data.load("prompts", seed=seed, layer=layer)).val_f1
-
-    by_point = {
-        (layer,): {
-            seed: cache.cached(
-                val_f1(layer),
-                config={"layer_scan": "linear probe", "seed": seed, "layer": layer},
-                code=code,
-                root=os.path.join(workdir, "cache"),
-            )[0]
-        }
-        for layer in s.layers
-    }
-    chosen = selection.select({"layer": s.layers}, selection.ValidationScores(VALIDATION, by_point))
-    info = _selection_info("prompts", "layer (linear probe)", {"layer": s.layers}, chosen)
-    return chosen.point["layer"], info
-
-
-def _selection_info(dataset: str, arm: str, grid: dict, chosen) -> dict:
-    return {
-        "dataset": dataset,
-        "arm": arm,
-        "grid": {a: list(v) for a, v in grid.items()},
-        "point": chosen.point,
-        "val_f1": chosen.mean,
-        "seeds": chosen.n,
-        "edges": {a: e for a, e in chosen.edges.items() if e},
-        "scores": [[*p, m] for p, m in chosen.means.items()],
-    }
-
-
-def select_arm(s: Setting, runner: Runner, arm: str) -> tuple[dict, dict]:
-    """`arm`'s grid point by its validation F1 at the last order (exit), on `runner`'s seed."""
-    seed = runner.c.seed
-    by_point = {
-        p: {seed: runner.run(arm, dict(zip(s.grid, p, strict=True)))["val_f1"][-1]}
-        for p in points(s.grid)
-    }
-    chosen = selection.select(s.grid, selection.ValidationScores(VALIDATION, by_point))
-    return chosen.point, _selection_info(runner.c.data.dataset, arm, s.grid, chosen)
-
-
-def unfinished(selections: list[dict], open_edges: dict) -> list[str]:
-    return [
-        f"{sel['dataset']} {sel['arm']}: {a}={sel['point'][a]!r} ({e})"
-        for sel in selections
-        for a, e in sel["edges"].items()
-        if (a, e) not in open_edges
-        and (sel["dataset"], sel["arm"], a, e) not in open_edges
-        and a != "layer"  # the layer scan covers every layer
-    ]
 
 
 def choose_tau(Y_val, y_val, counts_N) -> tuple[float, dict]:
@@ -422,31 +252,6 @@ def _jsonable(s: Setting) -> dict:
     return out
 
 
-# ----------------------------------------------------------------------------- claims, tables
-
-
-def per_seed(record: dict, dataset: str, arm: str, field: str = "test_f1") -> dict:
-    return results.by_seed(record["rows"], field, dataset=dataset, arm=arm)
-
-
-def derived(record: dict, dataset: str) -> dict[str, dict]:
-    """Per-seed numbers the claims are about ({seed: value})."""
-    prog = per_seed(record, dataset, "progressive")
-    mid = lambda f1: float(np.mean(f1[1:-1]))  # orders 2..N-1
-    return {
-        "progressive, mean F1 orders 2..N-1": {s: mid(v) for s, v in prog.items()},
-        "joint_all, mean F1 orders 2..N-1": {
-            s: mid(v) for s, v in per_seed(record, dataset, "joint_all").items()
-        },
-        "progressive order N": {s: v[-1] for s, v in prog.items()},
-        "progressive order 2": {s: v[1] for s, v in prog.items()},
-        "cascade": {s: v[0] for s, v in per_seed(record, dataset, "cascade").items()},
-        "cascade cost fraction": per_seed(record, dataset, "cascade", "cost_fraction"),
-        "mlp@N": {s: v[0] for s, v in per_seed(record, dataset, "mlp@N").items()},
-        "linear": {s: v[0] for s, v in per_seed(record, dataset, "linear").items()},
-    }
-
-
 def claims_from_results(record: dict) -> list[IntervalClaim]:
     claims = []
     for dataset in record["config"]["datasets"]:
@@ -491,158 +296,6 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
             ),
         ]
     return claims
-
-
-def _iv(values: dict) -> str:
-    iv = stats.interval(values)
-    return f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"
-
-
-def _per_seed_iv(record, dataset, arm, n) -> dict:
-    return {s: v[n] for s, v in per_seed(record, dataset, arm).items()}
-
-
-def table(record: dict) -> str:
-    """The README's tables: test F1 per arm and order as mean [95 % bootstrap interval] over
-    seeds, the cascade, the paired differences and every validation choice."""
-    lines = []
-    for dataset in record["config"]["datasets"]:
-        info = record["datasets"][dataset]
-        N = len(info["counts"])
-        seeds = sorted(per_seed(record, dataset, "linear"))
-        layer = f", MiniLM layer {info['layer']}" if info["layer"] is not None else ""
-        lines += [
-            f"**{dataset}** (D = {info['D']}{layer}; {len(seeds)} seeds; parameters "
-            f"{' / '.join(map(str, info['counts']))}); test F1, mean [95 % interval]:",
-            "",
-            "| arm | " + " | ".join(f"order {n}" for n in range(1, N + 1)) + " |",
-            "|---|" + "---|" * N,
-            f"| linear | {_iv(_per_seed_iv(record, dataset, 'linear', 0))} |" + " |" * (N - 1),
-        ]
-        arms = [a for a in TPC_ARMS if per_seed(record, dataset, a)]
-        for arm in arms:
-            cells = [_iv(_per_seed_iv(record, dataset, arm, n)) for n in range(1, N)]
-            lines.append(f"| {arm} | | {' | '.join(cells)} |")
-        mlp = {"mlp@2": 2, "mlp@N": N}
-        cells = {
-            n: _iv(_per_seed_iv(record, dataset, a, 0))
-            for a, n in mlp.items()
-            if per_seed(record, dataset, a)
-        }
-        lines.append(
-            "| MLP, matched | | " + " | ".join(cells.get(n, "") for n in range(2, N + 1)) + " |"
-        )
-        cas = {
-            r["seed"]: r
-            for r in record["rows"]
-            if r["dataset"] == dataset and r["arm"] == "cascade"
-        }
-        d = derived(record, dataset)
-        lines += [
-            "",
-            f"Cascade: tau {[cas[s]['tau'] for s in seeds]} (seeds {seeds}, from validation), "
-            f"test F1 {_iv(d['cascade'])}, cost {_iv(d['cascade cost fraction'])} of order N's "
-            f"parameters, mean exit order "
-            f"{_iv({s: cas[s]['mean_exit_order'] for s in seeds})}; rows exiting at orders "
-            f"1..{N} per seed: "
-            + "; ".join(" ".join(f"{x:.2f}" for x in cas[s]["exit_fraction"]) for s in seeds)
-            + ".",
-            "",
-            "Paired differences (test F1), mean [95 % interval] and per seed:",
-            "",
-            "| difference | mean [interval] | per seed |",
-            "|---|---|---|",
-        ]
-        pairs = [
-            ("progressive - joint_all, orders 2..N-1", "progressive, mean F1 orders 2..N-1",
-             "joint_all, mean F1 orders 2..N-1"),
-            ("cascade - order N", "cascade", "progressive order N"),
-            ("order N - matched MLP", "progressive order N", "mlp@N"),
-            ("order 2 - linear", "progressive order 2", "linear"),
-        ]  # fmt: skip
-        if per_seed(record, dataset, "joint"):
-            joint_mid = {
-                s: float(np.mean(v[1:-1])) for s, v in per_seed(record, dataset, "joint").items()
-            }
-            d["joint, mean F1 orders 2..N-1"] = joint_mid
-            pairs.append(
-                ("progressive - joint, orders 2..N-1", "progressive, mean F1 orders 2..N-1",
-                 "joint, mean F1 orders 2..N-1")
-            )  # fmt: skip
-        for name, a, b in pairs:
-            iv = stats.paired_interval(d[a], d[b])
-            each = " / ".join(f"{d[a][s] - d[b][s]:+.3f}" for s in seeds)
-            lines.append(f"| {name} | {iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}] | {each} |")
-        lines += ["", "Validation choices (first seed's validation F1 at the last order):", ""]
-        for sel in record["selections"]:
-            if sel["dataset"] == dataset:
-                edges = f" (edge: {sel['edges']})" if sel["edges"] else ""
-                lines.append(
-                    f"- {sel['arm']}: {sel['point']}, val F1 {sel['val_f1']:.3f} over "
-                    f"{sel['seeds']} seed(s){edges}"
-                )
-        lines.append("")
-    if record["edges"]:
-        lines.append(f"Choices on a grid edge: {'; '.join(record['edges'])}.")
-        for *edge, why in record["config"]["open_edges"]:
-            lines.append(f"Open edge {' '.join(edge)}: {why}.")
-    return "\n".join(lines)
-
-
-def _bars(ax, x, per_seed_values, label, fmt, **kw) -> None:
-    v = np.asarray(per_seed_values, np.float64)  # [points, seeds]
-    m = v.mean(1)
-    ax.errorbar(x, m, [m - v.min(1), v.max(1) - m], fmt=fmt, label=label, capsize=2, **kw)
-
-
-def plot(record: dict, path: str) -> None:
-    """Test F1 against parameters paid, per dataset: every truncation of each TPC arm, the
-    cascade over tau, the matched MLPs and the linear probe (mean over seeds, range bars)."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
-    datasets = record["config"]["datasets"]
-    fig, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 4.4), squeeze=False)
-    for ax, dataset in zip(axes[0], datasets, strict=True):
-        info = record["datasets"][dataset]
-        counts, N = info["counts"], len(info["counts"])
-
-        for arm, fmt in zip(TPC_ARMS, ("o-", "s--", "^:"), strict=True):
-            f1 = per_seed(record, dataset, arm)
-            if f1:
-                _bars(ax, counts, [[v[n] for v in f1.values()] for n in range(N)], arm, fmt)
-        mlp = {a: per_seed(record, dataset, a) for a in ("mlp@2", "mlp@N")}
-        mlp = {a: f1 for a, f1 in mlp.items() if f1}
-        _bars(
-            ax,
-            [info["mlp_params"][a] for a in mlp],
-            [[v[0] for v in f1.values()] for f1 in mlp.values()],
-            "MLP (matched, tuned)",
-            "d-",
-        )
-        cas = [r for r in record["rows"] if r["dataset"] == dataset and r["arm"] == "cascade"]
-        curve = np.asarray([r["curve"] for r in cas]).mean(0)  # [taus, (tau, f1, params)]
-        ax.plot(curve[:, 2], curve[:, 1], "k.-", alpha=0.6, label="cascade (tau sweep)")
-        ax.plot(
-            np.mean([r["mean_params"] for r in cas]),
-            np.mean([r["test_f1"][0] for r in cas]),
-            "rX",
-            markersize=10,
-            label="cascade, tau from validation",
-        )
-        lin = per_seed(record, dataset, "linear")
-        _bars(ax, [counts[0]], [[v[0] for v in lin.values()]], "linear", "k*", markersize=10)
-        ax.set_xscale("log")
-        ax.set_xlabel("parameters paid (cascade: mean over rows)")
-        ax.set_ylabel("test F1")
-        ax.set_title(f"{dataset} (D = {info['D']}, {len(lin)} seeds; bars: range)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:

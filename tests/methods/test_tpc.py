@@ -19,6 +19,7 @@ from core.errors import ConfigError
 from core.state import TrainState
 from methods import tpc
 from methods.tpc import baselines, cascade, experiment, linear, model, planted
+from methods.tpc import report as tpc_report
 from methods.tpc import train as tpc_train
 
 KEY = jax.random.PRNGKey(0)
@@ -395,9 +396,9 @@ def test_claims_from_results_fail_when_a_gap_crosses_its_margin(tmp_path):
     assert _holds(_record(mlp_gap=0.02)) == [True, True, True, False, True]
     assert _holds(_record(order2_gap=0.01)) == [True, True, True, True, False]
     assert all(c.n == 3 for c in experiment.claims_from_results(_record()))
-    text = experiment.table(_record())
+    text = tpc_report.table(_record())
     assert "| progressive - joint_all, orders 2..N-1 | +0.030" in text
-    experiment.plot(_record(), str(tmp_path / "f.png"))
+    tpc_report.plot(_record(), str(tmp_path / "f.png"))
     assert (tmp_path / "f.png").stat().st_size > 0
 
 
@@ -447,8 +448,8 @@ def test_quick_experiment(tmp_path):
     path = results.save(record, str(tmp_path / "results"))
     again = experiment.claims_from_results(results.load("tpc", "quick", str(tmp_path / "results")))
     assert [c.to_dict() for c in again] == [c.to_dict() for c in report.claims], path
-    prog = experiment.per_seed(record, "digits", "progressive")
-    lin = experiment.per_seed(record, "digits", "linear")
+    prog = tpc_report.per_seed(record, "digits", "progressive")
+    lin = tpc_report.per_seed(record, "digits", "linear")
     assert all(prog[s][-1] > lin[s][0] + 0.005 for s in (0, 1, 2)), (prog, lin)
     assert len(report.figures) == 1 and report.figures[0].endswith(".png")
 

@@ -1,9 +1,10 @@
-"""The TPC datasets (methods/tpc/data.py): digits splits and the templated harmful-prompt set.
+"""The TPC datasets (methods/tpc/data.py and prompt_set.py): digits splits and the templated
+harmful-prompt set.
 
 Everything but the last test runs without the MiniLM files: the prompts' template logic is
-checked on `prompt_texts`, the activation path and its cache on a tiny random MiniLM. The last
-test encodes ~50 prompts with the real model and skips, saying why, when its files cannot be
-found (MINILM_REQUIRED=1 makes that a failure), like tests/methods/test_minilm.py.
+checked on `prompt_set.prompt_texts`, the activation path and its cache on a tiny random MiniLM.
+The last test encodes ~50 prompts with the real model and skips, saying why, when its files cannot
+be found (MINILM_REQUIRED=1 makes that a failure), like tests/methods/test_minilm.py.
 """
 
 import os
@@ -15,7 +16,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 
 from core.errors import ConfigError
-from methods.tpc import data, minilm, minilm_files
+from methods.tpc import data, minilm, minilm_files, prompt_set
 from tests.methods.test_minilm import tiny_model
 
 # --- digits ----------------------------------------------------------------------------------
@@ -87,7 +88,7 @@ def test_errors_are_one_line_and_name_the_choices():
 
 @pytest.fixture(scope="module")
 def prompts():
-    return data.prompt_texts(0)
+    return prompt_set.prompt_texts(0)
 
 
 def parse(text: str):
@@ -96,19 +97,19 @@ def parse(text: str):
     event by its (subject, rest) phrase."""
     (t,) = [
         i
-        for i, tpl in enumerate(data.TEMPLATES)
+        for i, tpl in enumerate(prompt_set.TEMPLATES)
         if text.startswith(tpl.split("{a}")[0]) and text.endswith(tpl.split("{a}")[1])
     ]
-    head, tail = data.TEMPLATES[t].split("{a}")
+    head, tail = prompt_set.TEMPLATES[t].split("{a}")
     action = text[len(head) : len(text) - len(tail)]
     verb = action.split()[0]
     assert verb in {"make", "cause", "get", "stop", "prevent", "keep"}, action
     promote = verb in {"make", "cause", "get"}
     events = [
         e
-        for e, variants in enumerate(data.EVENTS)
+        for e, variants in enumerate(prompt_set.EVENTS)
         for s, base in variants
-        if f" {s} " in f" {action} " and (base in action or data.gerund(base) in action)
+        if f" {s} " in f" {action} " and (base in action or prompt_set.gerund(base) in action)
     ]
     assert len(set(events)) == 1, (action, events)
     return t, promote, events[0]
@@ -117,16 +118,17 @@ def parse(text: str):
 def test_label_is_operational_and_harmful_action(prompts):
     for i, text in enumerate(prompts.texts):
         t, promote, e = parse(text)
-        hazard = e < len(data.HAZARDS)
-        operational = t < len(data.OPERATIONAL)
+        hazard = e < len(prompt_set.HAZARDS)
+        operational = t < len(prompt_set.OPERATIONAL)
         want = operational and ((hazard and promote) or (not hazard and not promote))
         assert prompts.labels[i] == int(want), text
         got = (prompts.template[i], prompts.promote[i], prompts.event[i])
         assert got == (t, promote, e), text
         assert (prompts.hazard[i], prompts.operational[i]) == (hazard, operational), text
     # The truth table: both dangerous actions count only when asked for operationally.
-    assert [data.harmful(h, p, 1) for h, p in ((1, 1), (0, 0), (1, 0), (0, 1))] == [1, 1, 0, 0]
-    assert [data.harmful(h, p, 0) for h, p in ((1, 1), (0, 0))] == [0, 0]
+    rule = prompt_set.harmful
+    assert [rule(h, p, 1) for h, p in ((1, 1), (0, 0), (1, 0), (0, 1))] == [1, 1, 0, 0]
+    assert [rule(h, p, 0) for h, p in ((1, 1), (0, 0))] == [0, 0]
 
 
 def test_every_factor_cell_is_populated_in_every_split(prompts):
@@ -141,21 +143,22 @@ def test_every_factor_cell_is_populated_in_every_split(prompts):
 def test_splits_hold_out_templates(prompts):
     split, template = prompts.split, prompts.template
     test_t, val_t, train_t = (set(template[split == k].tolist()) for k in ("test", "val", "train"))
-    assert test_t == set(data.held_out_templates(0).tolist())
-    assert val_t == set(data.held_out_templates(0, "val").tolist())
-    operational = set(range(len(data.OPERATIONAL)))
-    assert len(test_t & operational) == len(test_t - operational) == data.TEST_TEMPLATES_PER_INTENT
-    assert len(val_t & operational) == len(val_t - operational) == data.VAL_TEMPLATES_PER_INTENT
+    assert test_t == set(prompt_set.held_out_templates(0).tolist())
+    assert val_t == set(prompt_set.held_out_templates(0, "val").tolist())
+    operational = set(range(len(prompt_set.OPERATIONAL)))
+    per_intent = prompt_set.TEST_TEMPLATES_PER_INTENT, prompt_set.VAL_TEMPLATES_PER_INTENT
+    assert len(test_t & operational) == len(test_t - operational) == per_intent[0]
+    assert len(val_t & operational) == len(val_t - operational) == per_intent[1]
     # Unseen templates at validation and at test time, and not the same ones.
     assert not test_t & val_t and not (test_t | val_t) & train_t
-    assert len(train_t) == len(data.TEMPLATES) - len(test_t) - len(val_t)
+    assert len(train_t) == len(prompt_set.TEMPLATES) - len(test_t) - len(val_t)
     assert len(set(prompts.texts)) == len(prompts.texts)  # no text in two splits (or twice)
     sizes = [int((split == k).sum()) for k in ("train", "val", "test")]
     assert sizes == [1920, 384, 768]
 
 
 def test_prompts_are_deterministic_per_seed(prompts):
-    again, other = data.prompt_texts(0), data.prompt_texts(1)
+    again, other = prompt_set.prompt_texts(0), prompt_set.prompt_texts(1)
     assert again.texts == prompts.texts
     for a, b in zip(again[1:], prompts[1:], strict=True):
         np.testing.assert_array_equal(a, b)
@@ -163,16 +166,16 @@ def test_prompts_are_deterministic_per_seed(prompts):
     assert len(other.texts) == len(prompts.texts)
     assert set(other.texts) != set(prompts.texts)  # other surface variants and held-out sets
     for seed in (1, 2, 3):
-        p = data.prompt_texts(seed)
+        p = prompt_set.prompt_texts(seed)
         for name in ("train", "val", "test"):
             assert 0.2 <= p.labels[p.split == name].mean() <= 0.5, (seed, name)
 
 
 def test_gerund():
-    assert data.gerund("take a fatal dose") == "taking a fatal dose"
-    assert data.gerund("stop the car") == "stopping the car"
-    assert data.gerund("go off") == "going off"
-    assert data.gerund("deploy") == "deploying"
+    assert prompt_set.gerund("take a fatal dose") == "taking a fatal dose"
+    assert prompt_set.gerund("stop the car") == "stopping the car"
+    assert prompt_set.gerund("go off") == "going off"
+    assert prompt_set.gerund("deploy") == "deploying"
 
 
 def test_label_needs_the_interaction_of_the_factors(prompts):
@@ -219,8 +222,8 @@ def test_prompts_activations_split_and_cached(tmp_path, tiny):
     assert first.x_train.shape == (sizes["train"], 8) and first.x_val.dtype == np.float32
     np.testing.assert_allclose(first.x_train.mean(0), 0, atol=1e-5)
     # The subset's rows are the full set's rows, labels included.
-    full = data.prompt_texts(0)
-    sub = data.subset(full, 40, 0)
+    full = prompt_set.prompt_texts(0)
+    sub = prompt_set.subset(full, 40, 0)
     assert set(sub.texts) <= set(full.texts)
     np.testing.assert_array_equal(first.y_train, sub.labels[sub.split == "train"])
     assert first.info["layer"] == 2
