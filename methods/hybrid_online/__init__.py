@@ -12,8 +12,10 @@ truncated-entropy regulariser, solved by Frank-Wolfe over an exact ERM (linear) 
 - `experiment.py`, `bench.py`: the numerical study and the speed figures.
 - here: `make(config) -> Method` for `core.train`: no loss, no optimiser. The state's params
   are the learner's buffers; each step plays `train.batch_size` rounds in order (the dataset
-  gives x_t; the adversary, inside the step, draws from the step's key), so a run of
-  `train.steps` steps is T = steps * batch_size rounds, checkpointed and resumed like any run.
+  gives x_t; the adversary, inside the step, draws from the step's key) through the
+  experiment's round body (`simulate.play_rounds`), so a run of `train.steps` steps is
+  T = steps * batch_size rounds, checkpointed and resumed like any run, and equal round by round
+  to `simulate.rounds` on the same x_t and keys (tests/methods/test_hybrid_online.py).
 
     python -m launch.train --config=configs/hybrid_online.py --workdir=/tmp/hybrid
 """
@@ -28,16 +30,15 @@ from core import data, precision
 from core.errors import ConfigError
 from core.method import Method
 from methods.hybrid_online import learner as ftrl
+from methods.hybrid_online import learners
 from methods.hybrid_online.classes import (
     DISTRIBUTIONS,
     H_CLASSES,
     LOSSES,
     R_CLASSES,
     best_fixed_loss,
-    labels_at,
-    mixture_at,
 )
-from methods.hybrid_online.simulate import ADVERSARIES, adversary
+from methods.hybrid_online.simulate import ADVERSARIES, adversary, play_rounds
 
 
 def _check(name: str, value, known) -> None:
@@ -96,37 +97,30 @@ def _as_params(state: ftrl.FTRLState) -> dict:
 
 
 def step(state, batch, *, rng, s: ftrl.Settings, choose):
-    """`train.batch_size` rounds in order; metrics: the step's mean loss, the largest gap,
-    the oracle calls, and the regret so far against the exact best fixed hypothesis."""
-    value = LOSSES[s.loss].value
+    """`train.batch_size` rounds in order, by the experiment's own round body
+    (`simulate.play_rounds`, round t's key the t-th of the step key's split); metrics: the
+    step's mean loss, the largest gap, the oracle calls, and the regret so far against the exact
+    best fixed hypothesis."""
     x_B = batch["x"]
-
-    def one_round(carry, inputs):
-        learner_state, history = carry
-        x_t, key = inputs
-        h_t, solution = ftrl.decide(learner_state, s)
-        r_t = choose(h_t, key)  # before x_t, in the game's order
-        y_t = labels_at(r_t, x_t)
-        prediction = jnp.clip(mixture_at(h_t, x_t), 0, 1)  # rounding of summed weights
-        loss = value(prediction, y_t)
-        t = learner_state.buffer.n  # rounds played so far
-        history = {
-            "x": history["x"].at[t].set(x_t),
-            "y": history["y"].at[t].set(y_t),
-            "loss": history["loss"].at[t].set(loss),
-        }
-        learner_state = ftrl.update(learner_state, solution, x_t, r_t)
-        return (learner_state, history), (loss, solution.gap, solution.calls)
-
-    carry = (_as_state(state.params), state.extra["history"])
-    keys = jax.random.split(rng, x_B.shape[0])
-    (learner_state, history), (loss_B, gap_B, calls_B) = jax.lax.scan(one_round, carry, (x_B, keys))
-    played = jnp.arange(s.T) < learner_state.buffer.n
-    best = best_fixed_loss(history["x"], history["y"], LOSSES[s.loss], s.h_class, played)
+    start = state.params["n"]  # rounds played before this step
+    learner_state, played = play_rounds(
+        learners.ftrl_fw(s),
+        choose,
+        _as_state(state.params),
+        x_B,
+        jax.random.split(rng, x_B.shape[0]),
+        loss=s.loss,
+    )
+    history = {
+        name: jax.lax.dynamic_update_slice(state.extra["history"][name], values_B, (start,))
+        for name, values_B in (("x", x_B), ("y", played.label_T), ("loss", played.loss_T))
+    }
+    valid_T = jnp.arange(s.T) < learner_state.buffer.n
+    best = best_fixed_loss(history["x"], history["y"], LOSSES[s.loss], s.h_class, valid_T)
     metrics = {
-        "loss": jnp.mean(loss_B),
-        "gap_max": jnp.max(gap_B) / s.eta,  # on F_t: compare with epsilon
-        "oracle_calls": jnp.sum(calls_B),
+        "loss": jnp.mean(played.loss_T),
+        "gap_max": jnp.max(played.gap_T) / s.eta,  # on F_t: compare with epsilon
+        "oracle_calls": jnp.sum(played.calls_T),
         "regret": jnp.sum(history["loss"]) - best,
         "rounds": learner_state.buffer.n,
     }

@@ -72,8 +72,9 @@ def play(key, q_Q, *, m: int, distribution: str):
         c = PAYOFF.value(a, 0.0) - PAYOFF.value(a, 1.0)
         return label_best_response(c, x_sorted, every, "thresholds")[0]
 
+    keys_M = jax.random.split(k_rounds, m)
     run = rounds(
-        learners.ftrl_fw(s), best_response, k_rounds, x_M, loss="bilinear", h_class="thresholds"
+        learners.ftrl_fw(s), best_response, keys_M, x_M, loss="bilinear", h_class="thresholds"
     )
     final = run.state
     h_bar = Mixture(final.buffer.x, final.up_sum / m, final.buffer.x, final.down_sum / m)

@@ -82,9 +82,21 @@ class Run(NamedTuple):
     state: object  # the learner's final state
 
 
-def rounds(learner: Learner, choose, key, x_T, *, loss: str, h_class: str) -> Run:
-    """The rounds t = 1..T of `learner` against `choose`, x_t = x_T[t - 1] (drawn by the
-    caller, i.i.d. from D)."""
+class Rounds(NamedTuple):
+    """What `play_rounds` records per round (arrays [T])."""
+
+    loss_T: jax.Array
+    label_T: jax.Array  # y_t = r_t(x_t)
+    r_T: Label
+    gap_T: jax.Array
+    calls_T: jax.Array
+
+
+def play_rounds(learner: Learner, choose, state, x_T, keys_T, *, loss: str):
+    """Rounds of `learner` (from `state`) against `choose`, x_t = x_T[t] and round t's key
+    keys_T[t] (split into the learner's and the adversary's), as one `lax.scan`: the one round
+    body of the experiment (`rounds`) and of the core.train Method (`make`'s step, a few rounds
+    per step). Returns (the learner's state after them, Rounds)."""
     value = LOSSES[loss].value
 
     def one_round(state, inputs):
@@ -95,14 +107,28 @@ def rounds(learner: Learner, choose, key, x_T, *, loss: str, h_class: str) -> Ru
         y_t = labels_at(r_t, x_t)
         prediction = jnp.clip(mixture_at(decision.play, x_t), 0, 1)  # rounding of weights
         state = learner.update(state, decision.aux, x_t, r_t)
-        return state, (value(prediction, y_t), y_t, r_t, decision.gap, decision.calls)
+        return state, Rounds(value(prediction, y_t), y_t, r_t, decision.gap, decision.calls)
 
+    return jax.lax.scan(one_round, state, (x_T, keys_T))
+
+
+def rounds(learner: Learner, choose, keys_T, x_T, *, loss: str, h_class: str) -> Run:
+    """The rounds t = 1..T of `learner` against `choose` from its initial state,
+    x_t = x_T[t - 1] (drawn by the caller, i.i.d. from D), round t's key keys_T[t - 1]."""
     T = x_T.shape[0]
-    state, (loss_T, y_T, r_T, gap_T, calls_T) = jax.lax.scan(
-        one_round, learner.init(T, x_T.dtype), (x_T, jax.random.split(key, T))
+    state, played = play_rounds(learner, choose, learner.init(T, x_T.dtype), x_T, keys_T, loss=loss)
+    best = best_fixed_loss(x_T, played.label_T, LOSSES[loss], h_class)
+    return Run(
+        played.loss_T,
+        played.label_T,
+        x_T,
+        played.r_T,
+        played.gap_T,
+        played.calls_T,
+        jnp.sum(played.loss_T) - best,
+        best,
+        state,
     )
-    best = best_fixed_loss(x_T, y_T, LOSSES[loss], h_class)
-    return Run(loss_T, y_T, x_T, r_T, gap_T, calls_T, jnp.sum(loss_T) - best, best, state)
 
 
 class Spec(NamedTuple):
@@ -127,4 +153,5 @@ def simulate(spec: Spec, key) -> Run:
     )
     k_x, k_rounds = jax.random.split(key)
     x_T = sample_x(k_x, (s.T,), spec.distribution, jnp.dtype(spec.dtype))
-    return rounds(learner, choose, k_rounds, x_T, loss=s.loss, h_class=s.h_class)
+    keys_T = jax.random.split(k_rounds, s.T)
+    return rounds(learner, choose, keys_T, x_T, loss=s.loss, h_class=s.h_class)

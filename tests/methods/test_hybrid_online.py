@@ -1,7 +1,8 @@
 """Hybrid online learning (methods/hybrid_online): exact oracles, Frank-Wolfe against a generic
 solver, the two-weight bookkeeping against the O(t^2) definition, no leak of x_t, the
 regulariser's log(v + 1), exact hindsight regret, the JAX learner against the NumPy reference,
-core.train with resume, the game's exploitability, and the quick experiment."""
+core.train with resume, the core-trained Method against the experiment's rounds, the game's
+exploitability, and the quick experiment."""
 
 import itertools
 import json
@@ -16,7 +17,7 @@ import methods.hybrid_online as hybrid
 from configs import hybrid_online as hybrid_config
 from core import train
 from core.errors import ConfigError
-from methods.hybrid_online import classes, experiment, game, reference
+from methods.hybrid_online import classes, experiment, game, learners, reference, simulate
 from methods.hybrid_online import learner as ftrl
 from methods.hybrid_online.classes import LOSSES, Label, Mixture
 
@@ -291,6 +292,63 @@ def test_runs_through_core_train_with_no_optimiser_and_resumes_exactly(tmp_path)
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     lines = [json.loads(x) for x in (part / "metrics.jsonl").read_text().splitlines()]
     assert [r["rounds"] for r in lines if "regret" in r] == [8, 16, 24, 32]
+
+
+@pytest.mark.parametrize("adversary", ["adaptive", "oblivious"])
+def test_core_trained_method_equals_the_experiments_rounds_round_by_round(adversary):
+    """The Method trained by core.train (B rounds per step, state carried in params / extra
+    across jitted steps on the test mesh) and `simulate.rounds` (the experiment's one scan of T
+    rounds) on the same x_t and the same round keys (the core's step key fold_in(rng, step),
+    split B ways) play the same game: every round's x, loss and label, the oracle calls and the
+    final buffers are bitwise equal (the same float32 operations in the same order: the step
+    only cuts the scan into pieces); the steps' aggregate metrics equal the rounds' up to
+    float32 rounding."""
+    steps, batch = 30, 8  # T = 240 rounds (the batch: a multiple of the 8 test devices)
+    config = smoke_config(steps=steps, batch_size=batch)
+    config.hybrid.adversary = adversary
+    method = hybrid.make(config)
+    session = train.init(config, method)
+    base_key = jax.device_get(session.state.rng)  # the core folds each step into it
+    rows = session.train(steps)
+    final = jax.device_get(session.state)
+
+    s = hybrid.settings_from(config)
+    h = config.hybrid
+    stream = method.dataset("train", shard=(0, 1), seed=config.seed)
+    x_T = jnp.concatenate([jnp.asarray(next(stream)["x"]) for _ in range(steps)])
+    keys_T = jnp.concatenate(
+        [jax.random.split(jax.random.fold_in(base_key, i), batch) for i in range(steps)]
+    )
+    choose = simulate.adversary(
+        h.adversary, distribution=h.distribution, loss=h.loss, r_class=h.r_class
+    )
+    run = jax.device_get(
+        jax.jit(
+            lambda keys, x: simulate.rounds(
+                learners.ftrl_fw(s), choose, keys, x, loss=s.loss, h_class=s.h_class
+            )
+        )(keys_T, x_T)
+    )
+    history = final.extra["history"]
+    np.testing.assert_array_equal(history["x"], run.x_T)
+    np.testing.assert_array_equal(history["y"], run.label_T)
+    np.testing.assert_array_equal(history["loss"], run.loss_T)
+    ours = hybrid._as_state(final.params)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(run.state), strict=True):
+        np.testing.assert_array_equal(a, b)
+    per_step = lambda a_T: np.asarray(a_T).reshape(steps, batch)
+    assert [r["oracle_calls"] for r in rows] == per_step(run.calls_T).sum(1).tolist()
+    # The step's aggregates are reduced and divided by XLA inside the step (a division by the
+    # constant eta becomes a multiplication by its reciprocal), these by NumPy: float32 rounding
+    # of a sum or a quotient, a few units in the last place (2^-23 = 1.2e-7), hence 1e-6.
+    aggregates = [
+        ([r["gap_max"] for r in rows], per_step(run.gap_T).max(1) / s.eta),
+        ([r["loss"] for r in rows], per_step(run.loss_T).mean(1)),
+        (rows[-1]["regret"], run.regret),
+    ]
+    for step_metric, from_rounds in aggregates:
+        np.testing.assert_allclose(step_metric, from_rounds, rtol=1e-6)
+    assert len(set(np.asarray(run.label_T).tolist())) == 2  # the adversary plays both labels
 
 
 def test_config_errors_are_one_line():
