@@ -7,7 +7,8 @@
 - `model.py`: CSNN (map learners, W_L X W_R, B(A(.)), (1 + tanh eps) residual) and its
   ablations; GCN / SAGE / NSD-style baselines in the same code.
 - `tasks.py`: each task's data, loss and batching (disjoint unions of same-shape graphs).
-- `experiment.py`: the paper's claims at CPU scale.
+- `experiment.py`: the paper's claims at CPU scale (its runs); `report.py`: the claims, tables
+  and figure of its record.
 - here: `make(config) -> Method` for `core.train`. Minesweeper trains full-batch: the batch is
   the node set (x, y, train mask; leading dimension N, sharded over the mesh's data axes like any
   batch), the edge lists are constants of the step. On a multi-device mesh its message passing
@@ -17,12 +18,19 @@
   through a fixed training set in shuffled epochs, reports its accuracy on that set and on the
   held-out trees, and (`optim.plateau_every`) halves the update when the training accuracy
   stops improving (`plateau_tx`, given the error by `core.steps.gradient_step`).
+- Evaluation, in eval mode: the barbell and the tree are named streams (`core.Evaluator`, summed
+  by the core over one padded pass of an evaluation split): "test" on `data.eval_graphs` fresh
+  graphs (`eval/test/mse`, `eval/test/accuracy`), or under the benchmark's protocol "train" and
+  "test" on the fixed tree sets (`eval/<name>/accuracy`). Minesweeper's validation and test
+  AUROC need every score at once: a host `evaluate` over one forward (`eval/val_auroc`,
+  `eval/test_auroc`).
 
     python -m launch.train --config=configs/csnn.py --workdir=/tmp/csnn
     python -m launch.train --config=configs/csnn.py:task=tree,model=gcn --workdir=/tmp/tree
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +41,7 @@ from optax.contrib import reduce_on_plateau
 from core import data as core_data
 from core import optim, precision, steps
 from core.errors import ConfigError
-from core.method import Method
+from core.method import Evaluator, Method
 from methods.csnn import data, model, tasks
 
 EVAL_STREAM = (15, 15, 15)  # appended to the seed: evaluation graphs never seen in training
@@ -119,64 +127,81 @@ def eval_graphs(task: tasks.Task, seed: int, count: int) -> dict:
     return tasks.stack_examples(task, np.random.default_rng([seed, *EVAL_STREAM]), count)
 
 
-EVAL_CHUNK = 512  # trees per forward when scoring a fixed tree set: one compiled shape
+EVAL_CHUNK = 512  # graphs per evaluation batch (at most): one compiled shape per split
 
 
-def tree_accuracy(predict, params, trees: dict) -> float:
-    """Root accuracy over every tree of a fixed set, in chunks of EVAL_CHUNK (the last chunk
-    padded with repeats of the first tree, which are not counted)."""
-    count = len(trees["y"])
-    correct = 0
-    for start in range(0, count, EVAL_CHUNK):
-        x_BNF = trees["x"][start : start + EVAL_CHUNK]
-        real = len(x_BNF)
-        if real < EVAL_CHUNK:
-            pad = np.repeat(trees["x"][:1], EVAL_CHUNK - real, axis=0)
-            x_BNF = np.concatenate([x_BNF, pad])
-        out_BNO = predict(params, jnp.asarray(x_BNF))
-        predicted_B = np.asarray(jnp.argmax(out_BNO[:real, 0, :], -1))
-        correct += int(np.sum(predicted_B == trees["y"][start : start + real]))
-    return correct / count
+def eval_dataset(split_name, *, shard, seed, arrays_of, train):
+    """`train` for split "train"; for an evaluation split, one pass of `arrays_of[split](seed)`
+    in batches of up to EVAL_CHUNK graphs (the last padded, "mask" False on padding)."""
+    if split_name == "train":
+        return train(shard=shard, seed=seed)
+    if split_name not in arrays_of:
+        raise ConfigError(
+            f"csnn: dataset split {split_name!r}; expected train or {list(arrays_of)}"
+        )
+    arrays = arrays_of[split_name](seed)
+    # A multiple of the device count, so that every batch splits over any data-parallel mesh.
+    per_device = -(-min(EVAL_CHUNK, len(arrays["y"])) // jax.device_count())
+    return core_data.one_pass(arrays, global_batch=per_device * jax.device_count(), shard=shard)
 
 
-def make_evaluate(
-    cfg: model.ModelConfig, task: tasks.Task, config, graph=None, split=None, trees=None
-):
-    """Host evaluation in eval mode (no dropout): minesweeper validation and test AUROC;
-    barbell test MSE (and the constant predictor's exact MSE beside it); tree accuracy on fresh
-    trees, or with `trees` = (train, test) fixed sets, the accuracy on each."""
-    predict = jax.jit(lambda params, x_BNF: tasks.forward(cfg, params, task, x_BNF))
+def make_eval_step(cfg: model.ModelConfig, task: tasks.Task):
+    """In eval mode (no dropout), summed over real graphs: the barbell's squared error over
+    every node and output (its weight the element count, so the stream's value is the mean);
+    the tree's count of correct root predictions over the tree count (exact integers)."""
+
+    def eval_step(state, batch, *, rng):
+        del rng
+        out_BNO = tasks.forward(cfg, state.params, task, batch["x"])
+        mask_B = batch["mask"]
+        if task.name == "barbell":
+            sq_B = jnp.sum(jnp.square(out_BNO - batch["y"]), axis=(1, 2))
+            per_graph = out_BNO.shape[1] * out_BNO.shape[2]
+            return {"mse": (jnp.sum(jnp.where(mask_B, sq_B, 0.0)), jnp.sum(mask_B) * per_graph)}
+        correct_B = (jnp.argmax(out_BNO[:, 0, :], -1) == batch["y"]) & mask_B
+        count = jnp.sum(mask_B.astype(jnp.int32))
+        return {"accuracy": (jnp.sum(correct_B.astype(jnp.int32)), count)}
+
+    return eval_step
+
+
+def constant_mse(state, *, seed):
+    """Beside the barbell's test MSE: the constant predictor's exact MSE."""
+    del state, seed
+    return {"constant_mse": tasks.barbell_constant_mse()}
+
+
+def graph_evaluators(cfg, task, config, trees=None) -> tuple[tuple[Evaluator, ...], dict]:
+    """The barbell's and the tree's named streams with the evaluation splits they read: "test"
+    (`eval/test/mse` or `eval/test/accuracy`) on `data.eval_graphs` fresh graphs, or with
+    `trees` = (train, test) fixed sets, "train" and "test" (`eval/<name>/accuracy`) on each."""
+    eval_step = make_eval_step(cfg, task)
     if trees is not None:
+        arrays_of = {"train_trees": lambda seed: trees[0], "test_trees": lambda seed: trees[1]}
+        streams = (
+            Evaluator("train", eval_step, split="train_trees"),
+            Evaluator("test", eval_step, split="test_trees"),
+        )
+        return streams, arrays_of
+    arrays_of = {"fresh": lambda seed: eval_graphs(task, seed, config.data.eval_graphs)}
+    host = constant_mse if task.name == "barbell" else None
+    return (Evaluator("test", eval_step, host, split="fresh"),), arrays_of
 
-        def evaluate_fixed(state, *, seed):
-            del seed
-            return {
-                "train_accuracy": tree_accuracy(predict, state.params, trees[0]),
-                "test_accuracy": tree_accuracy(predict, state.params, trees[1]),
-            }
 
-        return evaluate_fixed
-    if task.name == "minesweeper":
-
-        def evaluate(state, *, seed):
-            del seed
-            score_N = np.asarray(predict(state.params, jnp.asarray(graph.x_NF)[None]))[0, :, 0]
-            _, val_idx, test_idx = split
-            return {
-                "val_auroc": tasks.auroc(graph.y_N[val_idx], score_N[val_idx]),
-                "test_auroc": tasks.auroc(graph.y_N[test_idx], score_N[test_idx]),
-            }
-
-        return evaluate
+def minesweeper_evaluate(cfg: model.ModelConfig, task: tasks.Task, graph, split):
+    """Validation and test AUROC (each needs every node's score at once, so a host evaluation:
+    one eval-mode forward of the graph, both node sets read from it), as `eval/val_auroc` and
+    `eval/test_auroc`."""
+    predict = jax.jit(lambda params, x_BNF: tasks.forward(cfg, params, task, x_BNF))
 
     def evaluate(state, *, seed):
-        batch = eval_graphs(task, seed, config.data.eval_graphs)
-        out_BNO = predict(state.params, jnp.asarray(batch["x"]))
-        if task.name == "barbell":
-            mse = float(jnp.mean(jnp.square(out_BNO - batch["y"])))
-            return {"test_mse": mse, "constant_mse": tasks.barbell_constant_mse()}
-        predicted_B = np.asarray(jnp.argmax(out_BNO[:, 0, :], -1))
-        return {"test_accuracy": float(np.mean(predicted_B == batch["y"]))}
+        del seed
+        score_N = np.asarray(predict(state.params, jnp.asarray(graph.x_NF)[None]))[0, :, 0]
+        _, val_idx, test_idx = split
+        return {
+            "val_auroc": tasks.auroc(graph.y_N[val_idx], score_N[val_idx]),
+            "test_auroc": tasks.auroc(graph.y_N[test_idx], score_N[test_idx]),
+        }
 
     return evaluate
 
@@ -193,6 +218,7 @@ def make(config) -> Method:
         if not 0 <= d.split < d.num_splits:
             raise ConfigError(f"data.split={d.split}: expected 0 <= split < {d.num_splits}")
         split = data.minesweeper_splits(d.graph_seed, d.num_splits, d.side)[d.split]
+        cfg = model_config(config, task)
         dataset = lambda name, *, shard, seed: minesweeper_dataset(  # noqa: E731
             name,
             shard=shard,
@@ -201,19 +227,23 @@ def make(config) -> Method:
             train_idx=split[0],
             batch_size=config.train.batch_size,
         )
+        evaluate, evaluators = minesweeper_evaluate(cfg, task, graph, split), ()
     else:
         kw = dict(tree_edges=d.tree_edges, tree_keys=d.tree_keys) if d.task == "tree" else {}
-        task, graph, split = tasks.make_task(d.task, depth=d.depth, **kw), None, None
-        dataset = lambda name, *, shard, seed: graph_dataset(  # noqa: E731
-            name, shard=shard, seed=seed, task=task, batch_size=config.train.batch_size
+        task = tasks.make_task(d.task, depth=d.depth, **kw)
+        cfg = model_config(config, task)
+        train = lambda *, shard, seed: graph_dataset(  # noqa: E731
+            "train", shard=shard, seed=seed, task=task, batch_size=config.train.batch_size
         )
-    trees = None
-    if d.task == "tree" and d.tree_protocol == "benchmark":
-        trees = tasks.benchmark_tree_arrays(d.depth, d.tree_edges, config.seed)
-        dataset = lambda name, *, shard, seed: core_data.in_memory(  # noqa: E731
-            trees[0], global_batch=config.train.batch_size, seed=seed, shard=shard
-        )
-    cfg = model_config(config, task)
+        trees = None
+        if d.task == "tree" and d.tree_protocol == "benchmark":
+            trees = tasks.benchmark_tree_arrays(d.depth, d.tree_edges, config.seed)
+            train = lambda *, shard, seed: core_data.in_memory(  # noqa: E731
+                trees[0], global_batch=config.train.batch_size, seed=seed, shard=shard
+            )
+        evaluators, arrays_of = graph_evaluators(cfg, task, config, trees)
+        dataset = functools.partial(eval_dataset, arrays_of=arrays_of, train=train)
+        evaluate = None
     loss = make_loss(cfg, task)
     tx = step = None
     if config.optim.plateau_every > 0:
@@ -227,5 +257,6 @@ def make(config) -> Method:
         step=step,
         tx=tx,
         dataset=dataset,
-        evaluate=make_evaluate(cfg, task, config, graph, split, trees),
+        evaluate=evaluate,
+        evaluators=evaluators,
     )

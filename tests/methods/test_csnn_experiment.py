@@ -1,7 +1,8 @@
-"""The CSNN experiment on the protocol (methods/csnn/experiment.py): its reduced run (barbell,
-CSNN against GCN on three seeds), the run cache (config and code), and the whole pipeline on
-fake runs: validation-only selection with one grid and rule for every model, early stopping
-on validation, claims derived from the results record and re-derived from its JSON."""
+"""The CSNN experiment on the protocol (methods/csnn/experiment.py; its claims, tables and figure
+in report.py): its reduced run (barbell, CSNN against GCN on three seeds), the run cache (config
+and code), and the whole pipeline on fake runs: validation-only selection with one grid and rule
+for every model, early stopping on validation, claims derived from the results record and
+re-derived from its JSON."""
 
 import dataclasses
 import json
@@ -12,7 +13,7 @@ import pytest
 
 from core import results
 from core.errors import ConfigError
-from methods.csnn import experiment, tasks
+from methods.csnn import experiment, report, tasks
 
 
 # 79 s on 2 loaded cores for one seed of each model before the protocol (load average ~9;
@@ -22,7 +23,7 @@ from methods.csnn import experiment, tasks
 def test_reduced_barbell_run_beats_gcn(tmp_path):
     report = experiment.run(str(tmp_path), quick=True)
     below_constant, below_gcn = report.claims
-    # The margins are the claims' (experiment.QUICK_BARBELL_DECADES, its basis there). A CSNN
+    # The margins are the claims' (report.QUICK_BARBELL_DECADES, its basis there). A CSNN
     # that lost its separate source and target maps would not get there (README: S = T does no
     # better than GCN, the paper's Proposition 3.1).
     assert below_constant.holds and below_constant.n == 3, below_constant.interval
@@ -41,7 +42,7 @@ def test_runs_are_cached_by_config_and_code(tmp_path, monkeypatch):
 
     def fake_train(config, run_dir):
         calls.append(run_dir)
-        return [{"step": config.train.steps, "eval/test_accuracy": 0.25}]
+        return [{"step": config.train.steps, "eval/test/accuracy": 0.25}]
 
     monkeypatch.setattr(experiment, "train_and_evaluate", fake_train)
     workdir = str(tmp_path)
@@ -83,16 +84,16 @@ def fake_train(config, run_dir):
         acc = 1.0 if m.kind == "csnn" else 0.12 + 0.01 * config.seed
         if config.data.tree_protocol == "fresh":
             return [
-                {"step": 100, "eval/test_accuracy": 0.2},
-                {"step": 200, "eval/test_accuracy": acc},
+                {"step": 100, "eval/test/accuracy": 0.2},
+                {"step": 200, "eval/test/accuracy": acc},
             ]
         return [
-            {"step": 100, "eval/train_accuracy": 0.1, "eval/test_accuracy": 0.1},
-            {"step": 200, "eval/train_accuracy": acc, "eval/test_accuracy": acc - 0.05},
-            {"step": 300, "eval/train_accuracy": acc - 0.1, "eval/test_accuracy": 0.0},
+            {"step": 100, "eval/train/accuracy": 0.1, "eval/test/accuracy": 0.1},
+            {"step": 200, "eval/train/accuracy": acc, "eval/test/accuracy": acc - 0.05},
+            {"step": 300, "eval/train/accuracy": acc - 0.1, "eval/test/accuracy": 0.0},
         ]
     mse = {"csnn": 1e-4 * (1 + config.seed), "gcn": 1.2e-2}[m.kind]
-    return [{"step": 10, "eval/test_mse": 1.1e-2 if m.get("source_equals_target") else mse}]
+    return [{"step": 10, "eval/test/mse": 1.1e-2 if m.get("source_equals_target") else mse}]
 
 
 SMALL = dataclasses.replace(
@@ -113,7 +114,7 @@ def test_pipeline_selects_on_validation_and_derives_claims_from_the_record(tmp_p
     for model in SMALL.mine_models:
         mine = [r for r in rows if r["task"] == "minesweeper" and r["model"] == model]
         assert len(mine) == 10 + 2 and {r["split"] for r in mine} == {0, 1, 2}
-    assert experiment.chosen_points(record) == {
+    assert report.chosen_points(record) == {
         "csnn": {"norm": "none", "lr": 2e-3},
         "gcn": {"norm": "layernorm", "lr": 2e-3},  # not the point of best test AUROC
         "sage": {"norm": "none", "lr": 2e-3},
@@ -134,7 +135,7 @@ def test_pipeline_selects_on_validation_and_derives_claims_from_the_record(tmp_p
     # The README's tables and --from_results: the same claims from the record's JSON.
     again = experiment.claims_from_results(json.loads(json.dumps(record)))
     assert [c.to_dict() for c in again] == [c.to_dict() for c in claims]
-    assert "csnn:source_equals_target" in experiment.table(record)
+    assert "csnn:source_equals_target" in report.table(record)
 
 
 def test_a_choice_on_the_grid_edge_stops_the_full_run(tmp_path, monkeypatch):

@@ -218,3 +218,72 @@ def test_plateau_through_the_core_step_equals_the_copied_step():
     scales = [np.frombuffer(row["lr_scale"], np.float32)[0] for row in runs[1][1]]
     # Full rate while the accuracy rises (the error falls), halved once it stalls.
     assert set(scales[:8]) == {1.0} and min(scales) < 1.0
+
+
+def _host_tree_accuracy(predict, params, trees: dict, chunk: int = 512) -> float:
+    """The host loop the "train" / "test" streams replaced (the reference): root accuracy over
+    a fixed tree set in chunks, the last padded with repeats of the first tree, not counted."""
+    count, correct = len(trees["y"]), 0
+    for start in range(0, count, chunk):
+        x_BNF = trees["x"][start : start + chunk]
+        real = len(x_BNF)
+        x_BNF = np.concatenate([x_BNF, np.repeat(trees["x"][:1], chunk - real, axis=0)])
+        predicted_B = np.asarray(jnp.argmax(predict(params, jnp.asarray(x_BNF))[:real, 0], -1))
+        correct += int(np.sum(predicted_B == trees["y"][start : start + real]))
+    return correct / count
+
+
+@pytest.mark.parametrize("arg", ["protocol=benchmark", "protocol=fresh", "barbell"])
+def test_evaluation_streams_equal_the_host_loops_they_replaced(arg):
+    """Each stream, summed by the core over padded batches on 8 devices, against the host
+    evaluation it replaced on the same parameters: accuracies are the same counts (exactly),
+    the barbell's MSE the same mean; the keys are those experiment.py reads."""
+    from core import train
+
+    task_arg = "task=barbell" if arg == "barbell" else f"task=tree,depth=2,{arg}"
+    config = csnn_config.get_config(f"{task_arg},size=smoke")
+    session = train.init(config, methods.make(config))
+    got = session.evaluate()
+    d = config.data
+    kw = dict(tree_edges=d.tree_edges, tree_keys=d.tree_keys) if d.task == "tree" else {}
+    task = tasks.make_task(d.task, depth=d.depth, **kw)
+    cfg = methods.csnn.model_config(config, task)
+    predict = jax.jit(lambda params, x_BNF: tasks.forward(cfg, params, task, x_BNF))
+    params = jax.device_get(session.state.params)
+    if arg == "protocol=benchmark":
+        train_trees, test_trees = tasks.benchmark_tree_arrays(d.depth, d.tree_edges, config.seed)
+        want = {
+            "train/accuracy": _host_tree_accuracy(predict, params, train_trees),
+            "test/accuracy": _host_tree_accuracy(predict, params, test_trees),
+        }
+        # 77 and 19 trees: the two sets' accuracies differ, so a stream reading the other set
+        # (or counting a padded tree) cannot match.
+        assert want["train/accuracy"] != want["test/accuracy"]
+        assert got == want
+        return
+    fresh = methods.csnn.eval_graphs(task, config.seed, d.eval_graphs)
+    out_BNO = predict(params, jnp.asarray(fresh["x"]))
+    if arg == "barbell":
+        want_mse = float(jnp.mean(jnp.square(out_BNO - fresh["y"])))
+        assert set(got) == {"test/mse", "test/constant_mse"}
+        # The same float32 squares added in another order (per graph, then per device):
+        # ~1e-7 relative; 1e-5 leaves room. A padded graph counted would be off by > 5 %.
+        np.testing.assert_allclose(got["test/mse"], want_mse, rtol=1e-5)
+        assert got["test/constant_mse"] == tasks.barbell_constant_mse()
+        return
+    predicted_B = np.asarray(jnp.argmax(out_BNO[:, 0, :], -1))
+    assert got == {"test/accuracy": float(np.mean(predicted_B == fresh["y"]))}
+
+
+def test_minesweeper_keeps_its_host_auroc_and_unknown_splits_are_refused():
+    config = csnn_config.get_config("size=smoke")
+    assert set(train_session(config).evaluate()) == {"val_auroc", "test_auroc"}
+    tree = methods.make(csnn_config.get_config("task=tree,depth=2,size=smoke"))
+    with pytest.raises(ConfigError, match="csnn: dataset split 'val'"):
+        tree.dataset("val", shard=(0, 1), seed=0)
+
+
+def train_session(config):
+    from core import train
+
+    return train.init(config, methods.make(config), devices=jax.devices()[:1])
