@@ -6,7 +6,7 @@
     params = model.init_params(cfg, rng)
     logits_BTC, angles = model.apply(cfg, params, tokens_BT)
     loss, metrics = loss_fn(cfg, params, batch)
-    metrics = evaluate_lengths(cfg, params, config, seed=0)
+    streams = evaluators(cfg, config)               # parity: eval/len{T}/<metric> per length
 
 The model, the position encodings and the GLA recurrence are in `model.py`; the data are the
 shared synthetic generators (`core.tasks`: prefix parity, MQAR).
@@ -21,7 +21,7 @@ import numpy as np
 
 from core import data, tasks, train
 from core.errors import ConfigError
-from core.method import Method
+from core.method import Evaluator, Method
 from core.metrics import NonFiniteLossError
 from core.precision import compute_dtype
 from methods.selective_rope import model
@@ -29,7 +29,6 @@ from methods.selective_rope import model
 # Held-out examples come from seed streams training never uses: one to choose hyperparameters
 # on, one to report (a training seed s draws from s; the splits from s + offset).
 SPLIT_SEED_OFFSETS = {"test": 1_000_003, "validation": 2_000_003}
-EVAL_SEED_OFFSET = SPLIT_SEED_OFFSETS["test"]
 EVAL_TOKENS_PER_BATCH = 32_768  # eval batch = this // length (softmax scores are B*H*T*T)
 
 
@@ -96,15 +95,38 @@ def loss_fn(cfg, params, batch, *, rng=None, extra=None):
     return (nll_BT * mask_BT).sum() / denom, metrics
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _correct(cfg, params, inputs_BT, targets_BT):
-    logits_BTC, _ = model.apply(cfg, params, inputs_BT, mask_BT=token_mask(inputs_BT))
-    return jnp.argmax(logits_BTC, -1) == targets_BT
+def split_examples(config, split: str, *, seed: int) -> dict[str, np.ndarray]:
+    """`config.eval.num_examples` held-out examples of `split`: "test" / "validation" (the
+    training task) or "test/len{T}" / "validation/len{T}" (parity at length T). Example i of
+    stream s is drawn from `default_rng([seed + SPLIT_SEED_OFFSETS[s], i])`: disjoint from
+    training (seed s draws from s) and from the other stream, and the same at any batch size.
+    The task's per-position mask is renamed "positions" (`core.data.one_pass` adds "mask")."""
+    stream, _, length = split.partition("/len")
+    if stream not in SPLIT_SEED_OFFSETS or (length and not length.isdigit()):
+        raise ConfigError(
+            f"selective_rope: split={split!r}; expected one of {', '.join(SPLIT_SEED_OFFSETS)}, "
+            "optionally followed by /len<T>"
+        )
+    task = make_task(config, length=int(length), min_length=None) if length else make_task(config)
+    offset = seed + SPLIT_SEED_OFFSETS[stream]
+    rngs = (np.random.default_rng([offset, i]) for i in range(config.eval.num_examples))
+    batch = data.stack([task.example(r) for r in rngs])
+    batch["positions"] = batch.pop("mask")
+    return batch
 
 
-def accuracy(cfg, params, task, *, num_examples: int, seed: int, split: str = "test") -> dict:
-    """Teacher-forced accuracy on held-out examples of `task` (possibly longer than training),
-    drawn from `split`'s stream ("test" or "validation", disjoint seeds):
+def eval_batch_size(config, length: int) -> int:
+    """Examples per eval batch at `length`: EVAL_TOKENS_PER_BATCH // length, at most the
+    number of examples (a small split is one batch), rounded up to a multiple of
+    `train.batch_size`, which splits over any mesh the run trains on (`core.data.one_pass`
+    pads the rest). The experiment's batches are those of the host loop this replaced."""
+    size = max(1, min(EVAL_TOKENS_PER_BATCH // length, config.eval.num_examples))
+    return -(-size // config.train.batch_size) * config.train.batch_size
+
+
+def held_out_counts(cfg, params, batch) -> dict:
+    """Teacher-forced accuracy as {metric: (hits, count)} of one batch (the core adds them over
+    a pass of the split and reports hits / count); rows with "mask" False are padding:
 
     accuracy      over all masked positions;
     last_half     over masked positions t >= T/2 (T = the task's padded length);
@@ -113,54 +135,49 @@ def accuracy(cfg, params, task, *, num_examples: int, seed: int, split: str = "t
     final         at each sequence's last masked position (parity: of the whole sequence);
     exact_match   every masked position right.
     """
-    if split not in SPLIT_SEED_OFFSETS:
-        raise ConfigError(f"split={split!r}; expected one of: {', '.join(SPLIT_SEED_OFFSETS)}")
-    T = task.seq_len
-    batch_size = max(1, EVAL_TOKENS_PER_BATCH // T)
-    t = np.arange(T)[None]
-    sums = dict.fromkeys(("hit", "n", "hit_half", "n_half", "hit_q", "n_q", "final", "exact"), 0.0)
-    for start in range(0, num_examples, batch_size):
-        n = min(batch_size, num_examples - start)
-        rngs = [
-            np.random.default_rng([seed + SPLIT_SEED_OFFSETS[split], start + j]) for j in range(n)
-        ]
-        batch = data.stack([task.example(r) for r in rngs])
-        correct = np.asarray(_correct(cfg, params, batch["inputs"], batch["targets"]))
-        mask = batch["mask"] > 0
-        half, quarter = mask & (t >= T // 2), mask & (t >= (3 * T) // 4)
-        sums["hit"] += (correct & mask).sum()
-        sums["n"] += mask.sum()
-        sums["hit_half"] += (correct & half).sum()
-        sums["n_half"] += half.sum()
-        sums["hit_q"] += (correct & quarter).sum()
-        sums["n_q"] += quarter.sum()
-        sums["exact"] += np.all(correct | ~mask, axis=1).sum()
-        last_T = T - 1 - np.argmax(mask[:, ::-1], axis=1)
-        sums["final"] += correct[np.arange(n), last_T].sum()
+    inputs_BT = batch["inputs"]
+    T = inputs_BT.shape[1]
+    logits_BTC, _ = model.apply(cfg, params, inputs_BT, mask_BT=token_mask(inputs_BT))
+    correct_BT = jnp.argmax(logits_BTC, -1) == batch["targets"]
+    row_B = batch["mask"]
+    scored_BT = (batch["positions"] > 0) & row_B[:, None]
+    t_1T = jnp.arange(T)[None]
+    half_BT, quarter_BT = scored_BT & (t_1T >= T // 2), scored_BT & (t_1T >= (3 * T) // 4)
+    last_B = T - 1 - jnp.argmax(scored_BT[:, ::-1], axis=1)
+    final_B = jnp.take_along_axis(correct_BT, last_B[:, None], axis=1)[:, 0] & row_B
+    exact_B = jnp.all(correct_BT | ~scored_BT, axis=1) & row_B
+
+    def count(x):  # float32 sums of 0/1 are exact below 2**24
+        return jnp.sum(x, dtype=jnp.float32)
+
     return {
-        "accuracy": float(sums["hit"] / max(sums["n"], 1)),
-        "last_half": float(sums["hit_half"] / max(sums["n_half"], 1)),
-        "last_quarter": float(sums["hit_q"] / max(sums["n_q"], 1)),
-        "final": float(sums["final"] / num_examples),
-        "exact_match": float(sums["exact"] / num_examples),
+        "accuracy": (count(correct_BT & scored_BT), count(scored_BT)),
+        "last_half": (count(correct_BT & half_BT), count(half_BT)),
+        "last_quarter": (count(correct_BT & quarter_BT), count(quarter_BT)),
+        "final": (count(final_B), count(row_B)),
+        "exact_match": (count(exact_B), count(row_B)),
     }
 
 
-def evaluate_lengths(cfg, params, config, *, seed: int, split: str = "test", lengths=None) -> dict:
-    """Parity: `accuracy` at the training length and at each of `config.eval.lengths` (or at
-    `lengths`), keyed "len{T}/{metric}". Other tasks: `accuracy` on the training task, keyed
-    "{metric}"."""
-    n = config.eval.num_examples
+def eval_lengths(config) -> list[int]:
+    """Parity: the training length and each of `config.eval.lengths`."""
+    return sorted({config.task.length, *config.eval.lengths})
+
+
+def evaluators(cfg, config) -> tuple[Evaluator, ...]:
+    """Parity: one stream per test length, "len{T}" on split "test/len{T}" (logged
+    eval/len{T}/<metric>), and "validation.len{T0}" at the training length on the validation
+    stream (what an experiment selects on). Other tasks: none (the method's own eval_step)."""
     if config.task.name != "parity":
-        return accuracy(cfg, params, make_task(config), num_examples=n, seed=seed, split=split)
-    if lengths is None:
-        lengths = sorted({config.task.length, *config.eval.lengths})
-    out = {}
-    for length in lengths:
-        task = make_task(config, length=length, min_length=None)
-        for k, v in accuracy(cfg, params, task, num_examples=n, seed=seed, split=split).items():
-            out[f"len{length}/{k}"] = v
-    return out
+        return ()
+
+    def eval_step(state, batch, *, rng):
+        del rng
+        return held_out_counts(cfg, state.params, batch)
+
+    tests = [Evaluator(f"len{T}", eval_step, split=f"test/len{T}") for T in eval_lengths(config)]
+    T0 = config.task.length
+    return (*tests, Evaluator(f"validation.len{T0}", eval_step, split=f"validation/len{T0}"))
 
 
 def parity_flip(cfg, params) -> dict:
@@ -180,49 +197,68 @@ def parity_flip(cfg, params) -> dict:
 def make(config) -> Method:
     cfg = model_config(config)
     task = make_task(config)
+    held_out = {}  # (split, seed) -> the split's examples, drawn once per process
 
     def init(rng, batch_spec):
         del batch_spec
         return {"params": model.init_params(cfg, rng)}
 
     def dataset(split, *, shard, seed):
-        offset = 0 if split == "train" else EVAL_SEED_OFFSET
-        return data.synthetic(
-            task.example, global_batch=config.train.batch_size, seed=seed + offset, shard=shard
-        )
+        if split == "train":
+            return data.synthetic(
+                task.example, global_batch=config.train.batch_size, seed=seed, shard=shard
+            )
+        split = "test" if split == "eval" else split  # the method's own stream: the test split
+        if (split, seed) not in held_out:
+            held_out[split, seed] = split_examples(config, split, seed=seed)
+        arrays = held_out[split, seed]
+        batch = eval_batch_size(config, arrays["inputs"].shape[1])
+        return data.one_pass(arrays, global_batch=batch, shard=shard)
 
-    def evaluate(state, *, seed):
-        return evaluate_lengths(cfg, state.params, config, seed=seed)
+    def eval_step(state, batch, *, rng):
+        del rng
+        return held_out_counts(cfg, state.params, batch)
 
+    streams = evaluators(cfg, config)
     return Method(
         init=init,
         loss=functools.partial(loss_fn, cfg),
         dataset=dataset,
-        evaluate=evaluate,
+        eval_step=None if streams else eval_step,  # other tasks: the training task's test split
+        evaluators=streams,
         sharding_rules=model.SHARDING_RULES,
     )
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
-    """One run of the experiment (one CPU device): train, then {"validation": accuracy at the
-    training length on the validation stream, "test": `evaluate_lengths` on the test stream,
-    "flip_error" (parity, selective), "diverged", "seconds"}. A diverged run scores chance (0.5)
-    everywhere: it is kept in the grid, not dropped."""
+    """One run of the experiment (one CPU device): train, then {"validation": the training
+    length's metrics on the validation stream, "test": every length's on the test stream (both
+    "len{T}/<metric>", from the run's final evaluation), "flip_error" (parity, selective),
+    "diverged", "seconds"}. A diverged run returns {"diverged": 1.0, "seconds"} only (the
+    experiment scores it at chance: it stays in the grid, not dropped)."""
     start = time.perf_counter()
     cfg = model_config(config)
+    if config.task.name != "parity" or config.train.eval_every < 0:
+        raise ConfigError(
+            "selective_rope: train_and_evaluate needs task.name='parity' and train.eval_every "
+            f">= 0 (the final evaluation), got {config.task.name!r} and {config.train.eval_every}"
+        )
     try:
         result = train.run(config, make(config), workdir, devices=jax.devices()[:1])
     except NonFiniteLossError as e:
         print(f"   diverged: {e}", flush=True)
         return {"diverged": 1.0, "seconds": time.perf_counter() - start}
-    params = result.state.params
+    final = [r for r in result.history if any(k.startswith("eval/") for k in r)][-1]
+    validation = f"eval/validation.len{config.task.length}/"
     out = {
-        "validation": evaluate_lengths(
-            cfg, params, config, seed=config.seed, split="validation", lengths=[config.task.length]
-        ),
-        "test": evaluate_lengths(cfg, params, config, seed=config.seed),
+        "validation": {
+            f"len{config.task.length}/{k.removeprefix(validation)}": v
+            for k, v in final.items()
+            if k.startswith(validation)
+        },
+        "test": {k.removeprefix("eval/"): v for k, v in final.items() if k.startswith("eval/len")},
         "diverged": 0.0,
     }
-    if config.task.name == "parity" and cfg.position == "selective":
-        out.update(parity_flip(cfg, params))
+    if cfg.position == "selective":
+        out.update(parity_flip(cfg, result.state.params))
     return {**out, "seconds": time.perf_counter() - start}
