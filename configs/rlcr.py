@@ -28,6 +28,13 @@ SIZES = {
 DECLARATIONS = Declarations(
     largest="size=small",
     largest_overrides={"train.batch_size": 256},
+    # Found 2026-12-04 by the first GPU smoke target: XLA:GPU (jax 0.10.2, no device) stops
+    # with "Couldn't find output tile sizes that satisfy hlo" on a bf16 [36, 32] dot in the
+    # GRPO branch; with --xla_gpu_enable_triton_gemm=false it compiles. Not yet checked on a
+    # real H100 (launch/device_check.py runs rlcr's smoke config there).
+    aot_known_failures={
+        "h100:1x1x8": "XLA:GPU finds no Triton tile sizes for a bf16 [36, 32] dot (smoke size)"
+    },
 )
 
 

@@ -48,6 +48,10 @@ class Declarations:
     # Why the state is replicated and every chip plays the same rounds in order (an online
     # learner): AOT then expects some collective, not necessarily an all-reduce of gradients.
     sequential: str = ""
+    # AOT targets (as tests/aot names them, "h100:1x1x8") where this method's aot_smoke program
+    # is known not to compile, with the reason: the test expects the failure (strictly: a
+    # compile that starts passing fails the test, so the entry is removed then).
+    aot_known_failures: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 # Each field's accepted types, and their name in an error.
@@ -58,6 +62,7 @@ _TYPES = {
     "aot_smoke": ((str, type(None)), "a string or None"),
     "no_matmul": (str, "a string (a reason, or empty)"),
     "sequential": (str, "a string (a reason, or empty)"),
+    "aot_known_failures": (Mapping, "a mapping of AOT targets to reasons"),
 }
 
 

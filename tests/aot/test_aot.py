@@ -2,7 +2,11 @@
 and GPU targets, on this CPU-only machine (`core.aot`, `launch.aot`).
 
 Marked `aot` (left out of the default suite; `.ci/run` installs the `aot` extra and runs
-`pytest -m aot` after it). Skipped when libtpu or the CUDA plugin is missing. Compiling, unlike
+`pytest -m "aot and not slow"` after it: every method's smoke config for one TPU and one GPU
+target, and the kernels). The rest is on demand (`pytest -m aot tests/aot`): the smoke configs
+over two slices, and every largest config on 256 TPU v5e chips and 64 H100s (the scaling
+table's programs: about ten minutes on 2 cores). Skipped when libtpu or the CUDA plugin is
+missing. Compiling, unlike
 lowering, runs XLA's per-chip memory check, Mosaic's VMEM and layout checks and Triton's
 shared-memory check against the target, so a config or kernel that fails here fails on the
 accelerator too.
@@ -40,31 +44,47 @@ pytestmark = [
     ),
 ]
 
-SMALL_TARGETS = ("v5e:2x2", "2xv5e:2x2")  # 4 chips; 2 slices of 4 (a DCN axis)
-LARGE_TARGETS = ("v5e:16x16", "h100:2x4x8")  # 256 TPU v5e chips; 64 H100s, 8 per host
+# CI's: one TPU and one GPU target (4 v5e chips; 8 H100s on one host); on demand (slow): two
+# slices of 4 (a DCN axis), then the large targets: 256 TPU v5e chips; 64 H100s, 8 per host.
+SMALL_TARGETS = (
+    "v5e:2x2",
+    "h100:1x1x8",
+    pytest.param("2xv5e:2x2", marks=pytest.mark.slow),
+)
+LARGE_TARGETS = ("v5e:16x16", "h100:2x4x8")
 MARKERS = {"tpu": "tpu_custom_call", "gpu": "__gpu$xla.gpu.triton"}
 
 
 @pytest.mark.parametrize("target", SMALL_TARGETS)
 @pytest.mark.parametrize("method", NAMES)
-def test_smoke_config_compiles_for_small_tpu_targets(method, target):
+def test_smoke_config_compiles_for_small_targets(method, target):
     """Every entry's small AOT config (`Declarations.aot_smoke`, by default its smoke variant),
     its program as core.train jits it (the training step; an evaluate-only method's eval step):
     fits the chip and sums its gradients (or DEQL's Gram matrix, or the eval sums) across chips,
     over the slices too; a sequential learner (replicated state, rounds played in order,
     `Declarations.sequential`) brings every round to every chip."""
     entry = BY_NAME[method]
+    known = entry.declarations.aot_known_failures.get(target)
+    if known:  # declared beside the method's config, with its reason; strict: it must fail
+        with pytest.raises(Exception, match="(?i)tile sizes|compil"):
+            launch_aot.compile_for(entry, *entry.aot_smoke, target)
+        pytest.xfail(known)
     row = launch_aot.compile_for(entry, *entry.aot_smoke, target)
-    assert row.chips == {"v5e:2x2": 4, "2xv5e:2x2": 8}[target]
+    assert row.chips == {"v5e:2x2": 4, "h100:1x1x8": 8, "2xv5e:2x2": 8}[target]
     assert 0 < row.analysis.memory_fraction < 1
     collectives = row.analysis.collectives
-    if entry.declarations.sequential:  # XLA picks the collective (a gather, or masked rows)
+    if entry.declarations.sequential or target.startswith("h100"):
+        # A sequential learner: XLA picks the collective (a gather, or masked rows). XLA:GPU's
+        # partitioner may instead all-gather a smoke-size batch (one example per GPU) and
+        # compute replicated, with no gradient to reduce (dupa): the chips still communicate.
         assert sum(collectives.values()) > 0
     else:
         assert collectives["all-reduce"] > 0
-    assert row.analysis.flops > 0
+    if not target.startswith("h100"):  # XLA:GPU gives no cost analysis
+        assert row.analysis.flops > 0
 
 
+@pytest.mark.slow  # on demand (the scaling table's programs); CI compiles the smoke configs
 @pytest.mark.parametrize("target", LARGE_TARGETS)
 @pytest.mark.parametrize("method", NAMES)
 def test_largest_config_fits_a_large_slice_and_a_gpu_cluster(method, target):
