@@ -12,7 +12,7 @@ from configs import nab as nab_config
 from core import results, selection
 from core.errors import ConfigError
 from methods import nab
-from methods.nab import experiment, fit, model, phantoms, projector
+from methods.nab import experiment, fit, model, phantoms, projector, report
 
 SMALL = dataclasses.replace(
     experiment.QUICK,
@@ -132,7 +132,7 @@ def test_claims_rederive_from_the_saved_record_and_can_fail(fake, tmp_path, monk
     weak, _ = experiment.measure(str(tmp_path / "b"), quick=True)
     held = {c.metric: c.holds for c in experiment.claims_from_results(weak)}
     assert not held["industrial/16v psnr: nab - rff"]
-    assert "nab - rff" in experiment.table(record)
+    assert "nab - rff" in report.table(record)
 
 
 def test_the_full_setting_derives_every_claim_on_fake_fits(fake, tmp_path, monkeypatch):
@@ -154,7 +154,7 @@ def test_the_full_setting_derives_every_claim_on_fake_fits(fake, tmp_path, monke
         "industrial/16v psnr: (nab + rff) / 2 - frozen sizes",
     ]
     assert {c.n for c in claims} == {5}
-    assert "| curved | 4 | 16 |" in experiment.table(record)
+    assert "| curved | 4 | 16 |" in report.table(record)
 
 
 def test_heldout_views_lie_between_the_training_views_with_their_own_noise():

@@ -14,7 +14,7 @@ from configs import rlcr as rlcr_config
 from core import cache, results, train
 from core.errors import ConfigError
 from launch import reproduce
-from methods.rlcr import experiment, runs
+from methods.rlcr import experiment, report, runs
 
 
 def test_warm_start_then_grpo_under_a_data_parallel_mesh(tmp_path):
@@ -98,8 +98,8 @@ CLAIM_INPUTS = {
 # arm's value gets the mean offset 0.001; the ratio claim is a mean of per-seed ratios).
 EXPECTED_MEANS = [0.15, 0.01, -0.01, 0.031, 0.015, 0.0, 0.30, 0.30, 0.01]
 EXPECTED_MEANS[5] = float(np.mean([(0.03 + 0.001 * s) / (0.30 + 0.001 * s) for s in range(3)]))
-KEYS = [f"{r}/{s}" for r in experiment.READOUTS for s in experiment.SCORES]
-KEYS += [f"votes/{k}" for k in experiment.VOTES] + ["bayes/accuracy", "bayes/brier"]
+KEYS = [f"{r}/{s}" for r in report.READOUTS for s in report.SCORES]
+KEYS += [f"votes/{k}" for k in report.VOTES] + ["bayes/accuracy", "bayes/brier"]
 
 
 def synthetic_record(
@@ -160,13 +160,13 @@ def test_the_quick_record_gives_claim_1_alone_at_its_own_margin():
     (claim,) = experiment.claims_from_results(record)
     assert claim.margin == experiment.QUICK.ece_drop < experiment.FULL.ece_drop == 0.1
     np.testing.assert_allclose(claim.interval.mean, 0.15, atol=1e-12)
-    text = experiment.notes(record)
+    text = report.notes(record)
     assert "rlvr" not in text and "out_of_domain" not in text and "nan" not in text
-    assert set(experiment.table(record)) == {"start", "rlcr"}
+    assert set(report.table(record)) == {"start", "rlcr"}
 
 
 def test_notes_give_an_interval_for_every_measured_number():
-    text = experiment.notes(synthetic_record())
+    text = report.notes(synthetic_record())
     # start, rlvr, rlcr x 2 families x 5 readouts, then 3 x 2 voting rows
     cells = sum(line.count(" [") for line in text.splitlines() if line.startswith("|"))
     assert text.count("| verbalized_mean |") == 6 and cells == 30 * 4 + 6 * 4
