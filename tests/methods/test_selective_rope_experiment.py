@@ -139,9 +139,8 @@ def old_host_loop(cfg, params, config, split: str, length: int) -> dict:
 def test_length_streams_equal_the_old_host_loop_on_the_same_examples():
     """Each named stream (one per length, plus validation at the training length) gives the old
     host loop's numbers exactly: the same examples, the same counts (float32 sums of 0/1 are
-    exact), the padded rows of a batch not counted. 24 examples on 8 devices: the 32-long
-    split's batches are 24 and 24 rows... and a stream reading another length's examples, or
-    the other stream's, differs."""
+    exact), the padded rows of a batch not counted (20 examples in a batch of 24, on the 8 test
+    devices); a stream reading another length's examples, or the other stream's, differs."""
     config = sr_config.get_config("size=smoke")
     config.eval.num_examples = 20  # not a multiple of 8 devices: the last batch is padded
     cfg = sr.model_config(config)
