@@ -32,6 +32,8 @@ DECODERS = {
     ),
     "gumbel": Decoder("gumbel", temperature=0.6, top_k=30, top_p=0.95, max_topk=10, tau=0.5),
 }
+STOCHASTIC = ("sample", "soft", "dirichlet", "gumbel")  # the decoders drawn several times
+PASS_K = (1, 2, 4, 8, 16)  # the k of pass@k
 SLACK = 3  # tokens past the completion's length before a decode is cut (a long scratchpad)
 MIX = (0.6, 0.4)  # the logit lens's hand-made mixture of the top-2 embeddings (the paper's)
 BRANCH_PROB = 0.3  # a branch point: the second most likely token has at least this probability

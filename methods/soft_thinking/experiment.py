@@ -24,7 +24,8 @@ Claims, fixed before any result was seen (IntervalClaim on per-seed values, pair
   more than ROUGE_MARGIN;
 - Gumbel pass@1 no worse than token sampling's within GUMBEL_SAMPLE_MARGIN; Gumbel pass@16
   above vanilla soft's by more than GUMBEL_SOFT_MARGIN.
-Reported, not asserted: Dirichlet beside Gumbel; whether Gumbel beats token sampling.
+Reported, not asserted (`report.py`, with the README's table and the figure): Dirichlet beside
+Gumbel; whether Gumbel beats token sampling.
 The quick run (smaller model, fewer prompts; greedy and vanilla soft only, no logit lens)
 asserts the probe and soft ~ greedy claims.
 """
@@ -38,15 +39,14 @@ import numpy as np
 from configs import soft_thinking as soft_config
 from core import cache, results, selection, train
 from core.claims import IntervalClaim, Report
-from methods.soft_thinking import evaluation, make, make_task, model_config
+from methods.soft_thinking import evaluation, make, make_task, model_config, report
+from methods.soft_thinking.evaluation import PASS_K, STOCHASTIC
 
 SEEDS = (0, 1, 2)
 BAND = (0.50, 0.75)  # the imperfect level the task model is trained to (validation greedy)
 PAST_BAND = 0.85  # validation greedy accuracy past which training stops
 SAMPLES = 16
-PASS_K = (1, 2, 4, 8, 16)
 VALIDATION_SEED, TEST_SEED = 0, 0  # prompt sets (the splits' hash keeps them apart)
-STOCHASTIC = ("sample", "soft", "dirichlet", "gumbel")
 
 # The claims' margins (fixed before the first run; module docstring).
 PROBE_MARGIN = 0.05  # nats (JS is at most ln 2 = 0.693)
@@ -215,7 +215,8 @@ def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:
         out = cache.cached(
             lambda seed=seed: run_seed(setting, seed, devices),
             config=key_config,
-            code=code["source_hash"],
+            # the files a run reads (not this one's claims, nor report.py's tables)
+            code=results.source_hash(results.run_sources("soft_thinking")),
             root=os.path.join(workdir, "cache"),
         )
         rows.append(out["row"])
@@ -305,100 +306,16 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
     ]
 
 
-def decoders_in(rows) -> list[str]:
-    return [name for name in ("greedy", *STOCHASTIC) if f"{name}/pass@1" in rows[0]]
-
-
-def reported(record: dict) -> dict:
-    """Numbers reported beside the claims (not asserted): per decoder and k, the mean over
-    seeds; Gumbel - sampling and Dirichlet - sampling intervals."""
-    from core import stats
-
-    rows = record["rows"]
-    out = {}
-    for name in decoders_in(rows):
-        for k in PASS_K if name != "greedy" else (1,):
-            out[f"{name}/pass@{k}"] = float(np.mean([r[f"{name}/pass@{k}"] for r in rows]))
-    if not record["config"].get("quick"):
-        for a in ("gumbel", "dirichlet"):
-            for k in (1, 16):
-                iv = stats.paired_interval(
-                    results.by_seed(rows, f"{a}/pass@{k}"),
-                    results.by_seed(rows, f"sample/pass@{k}"),
-                    what=f"pass@{k}: {a} - sample",
-                )
-                out[f"pass@{k}: {a} - sample"] = iv.to_dict()
-    return out
-
-
-def per_seed_table(record: dict) -> str:
-    """The README's per-seed table (markdown) from a results record."""
-    rows = sorted(record["rows"], key=lambda r: r["seed"])
-    metrics = [("steps", "chosen steps"), ("validation/greedy", "validation greedy accuracy")]
-    for name in ("greedy", *STOCHASTIC):
-        metrics.append((f"{name}/pass@1", f"{name} pass@1"))
-    for name in STOCHASTIC:
-        metrics.append((f"{name}/pass@16", f"{name} pass@16"))
-    for name in ("greedy", *STOCHASTIC):
-        metrics.append((f"{name}/valid_trace", f"{name} valid-trace rate"))
-    for name in STOCHASTIC:
-        metrics.append((f"{name}/rouge_l_greedy", f"{name} ROUGE-L to greedy chain"))
-        metrics.append((f"{name}/distinct_chains", f"{name} distinct chains of 16"))
-    metrics += [
-        ("soft/js_top1", "soft: JS to top-1 input (nats)"),
-        ("soft/js_top2", "soft: JS to top-2 input (nats)"),
-        ("soft/js_ratio", "soft: JS ratio top-1 / top-2"),
-        ("lens/branch_points", "logit lens: branch points"),
-    ]
-    layers = sorted({k.rsplit("/", 1)[1] for k in rows[0] if k.startswith("lens/mix_vs_top1/")})
-    for which in ("top1", "top2"):
-        for layer in layers:
-            metrics.append((f"lens/mix_vs_{which}/{layer}", f"lens: mix vs {which}, layer {layer}"))
-    seeds = " / ".join(str(r["seed"]) for r in rows)
-    lines = [f"| quantity | seeds {seeds} | mean |", "|---|---|---|"]
-    for key, label in metrics:
-        values = [r[key] for r in rows]
-        text = " / ".join(f"{v:.3f}" if isinstance(v, float) else str(v) for v in values)
-        lines.append(f"| {label} | {text} | {np.mean(values):.3f} |")
-    return "\n".join(lines)
-
-
-def plot_pass_at_k(record: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display needed
-    import matplotlib.pyplot as plt
-
-    rows = record["rows"]
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    for index, name in enumerate(decoders_in(rows)):
-        ks = PASS_K
-        per_seed = np.array(
-            [[r[f"{name}/pass@{1 if name == 'greedy' else k}"] for k in ks] for r in rows]
-        )
-        colour = f"C{index}"
-        for values in per_seed:
-            ax.plot(ks, values, color=colour, alpha=0.25, linewidth=0.8)
-        ax.plot(ks, per_seed.mean(0), color=colour, marker="o", label=name)
-    ax.set(xscale="log", xlabel="k (samples)", ylabel="pass@k (test prompts)")
-    ax.set_xticks(PASS_K, [str(k) for k in PASS_K])
-    ax.set_title(f"pass@k per decoder (mean of {len(rows)} seeds; faint: each seed)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def run(workdir: str, *, quick: bool = False) -> Report:
     record = measure(workdir, quick=quick)
     claims = claims_from_results(record)
     figure = os.path.join(workdir, "soft_thinking_pass_at_k.png")
-    plot_pass_at_k(record, figure)
+    report.plot_pass_at_k(record, figure)
     return Report(
         method="soft_thinking",
         figures=[figure],
         claims=claims,
-        metrics={**{c.metric: c.interval.to_dict() for c in claims}, **reported(record)},
+        metrics={**{c.metric: c.interval.to_dict() for c in claims}, **report.reported(record)},
         command="python -m launch.reproduce --methods=soft_thinking"
         + (" --quick" if quick else ""),
         results=record,
