@@ -171,3 +171,29 @@ def test_quick_experiment_claims(tmp_path):
     again = experiment.claims_from_results(record)
     assert [c.to_dict() for c in again] == [c.to_dict() for c in report.claims]
     assert {row["seed"] for row in record["rows"]} == set(experiment.SEEDS)
+
+
+def test_experiment_trains_by_the_core_step_undisturbed_by_its_validation_checks(tmp_path):
+    """The experiment trains its task model with a core.train Session in checks of
+    `check_every` steps, decoding validation prompts greedily between them. The checks must not
+    touch the training (its state, data stream or keys): the chosen step's params and every
+    check's mean loss equal those of one uninterrupted `train.run` to that step, bitwise (the
+    same compiled step on the same batches, one device each)."""
+    from methods.soft_thinking import experiment
+
+    setting = experiment.Setting(
+        "smoke", check_every=2, max_checks=3, num_validation=8, num_test=8, lens_limit=0
+    )
+    config = experiment.seed_config(setting, seed=0)
+    devices = jax.devices()[:1]
+    trained = experiment.train_selected(config, setting, devices)
+    chosen = trained["steps"]
+    config.train.steps = chosen  # a constant learning rate after warm-up: the same updates
+    result = train.run(config, make(config), str(tmp_path), devices=devices)
+    for a, b in zip(
+        jax.tree.leaves(trained["params"]), jax.tree.leaves(result.state.params), strict=True
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    losses = [row["loss"] for row in result.history if "loss" in row]
+    per_check = np.reshape(losses, (-1, setting.check_every)).mean(axis=1)
+    assert trained["losses"][: len(per_check)] == per_check.tolist()
