@@ -1,5 +1,6 @@
-"""Soft thinking's task, task model, evaluation helpers and quick experiment (the decoders have
-their own tests in test_soft_thinking_decode.py)."""
+"""Soft thinking's task, task model, evaluation helpers, the experiment's training through
+core.train and the quick experiment (the decoders have their own tests in
+test_soft_thinking_decode.py and test_soft_thinking_generate.py)."""
 
 import math
 
