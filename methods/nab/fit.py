@@ -12,7 +12,8 @@ selects on it for development objects only; PSNR/SSIM against the ground truth a
 for every fit (on a development object they are a diagnostic, never a selection input).
 
 The experiment caches these values by config and by the hash of the files a fit depends on
-(`FIT_SOURCES`: not experiment.py or bench.py, so editing a grid keeps every point already fitted).
+(`FIT_SOURCES`: not experiment.py, report.py or bench.py, so editing a grid keeps every point
+already fitted).
 """
 
 import functools
@@ -26,7 +27,7 @@ from methods import nab
 from methods.nab import baselines, metrics, model, phantoms, projector
 
 VALIDATION_NOISE = 1  # the held-out views' noise stream: default_rng((object_seed, 1))
-FIT_SOURCES = results.run_sources("nab")  # core/, configs, methods/nab/ but experiment, bench
+FIT_SOURCES = results.run_sources("nab")  # core/, configs, methods/nab/ but the readers
 
 
 def heldout_views(config) -> tuple[np.ndarray, np.ndarray]:
