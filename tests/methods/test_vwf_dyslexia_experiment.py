@@ -1,10 +1,10 @@
-"""methods/vwf_dyslexia/experiment: the claims derived from a results record (synthetic rows
-whose drops are known), and the quick experiment (slow)."""
+"""methods/vwf_dyslexia/experiment and report: the claims derived from a results record
+(synthetic rows whose drops are known), and the quick experiment (slow)."""
 
 import numpy as np
 import pytest
 
-from methods.vwf_dyslexia import experiment, tasks
+from methods.vwf_dyslexia import experiment, report, tasks
 
 SEEDS = (0, 1, 2)
 
@@ -41,18 +41,18 @@ def test_claims_hold_on_a_selective_lesion_and_fail_when_it_is_not():
     # VWF at 4 %: lexical drop 0.3 + 0.01 seed (mean 0.31), the others 0.01: selectivity 0.30
     assert claims[0].interval.mean == pytest.approx(0.30, abs=1e-9)
     # smallest k with lexical < 0.65: 0.9 - 0.3 k / 4 - 0.01 seed < 0.65 -> k = 4 on each seed
-    assert experiment.smallest_k(record(), 0.65) == {0: 4, 1: 4, 2: 4}
+    assert report.smallest_k(record(), 0.65) == {0: 4, 1: 4, 2: 4}
 
     weak = experiment.claims_from_results(record(vwf_lexical_drop=0.05, random_lexical_drop=0.04))
     assert not weak[0].holds and not weak[1].holds  # neither selective nor beyond random
-    assert not weak[2].holds and weak[2].interval.mean == experiment.NOT_REACHED
+    assert not weak[2].holds and weak[2].interval.mean == report.NOT_REACHED
     # s = -2 as selective as s = 0: "only s = 0" fails
     collapse = experiment.claims_from_results(record(scale_drop={-2: 0.3}))
     assert collapse[0].holds and not collapse[4].holds
 
 
 def test_random_draws_are_averaged_per_seed():
-    means = experiment.random_mean(record(random_lexical_drop=0.1), 4, lambda d: d["lexical"])
+    means = report.random_mean(record(random_lexical_drop=0.1), 4, lambda d: d["lexical"])
     draws = experiment.FULL.random_masks
     expected = 0.1 + 0.001 * np.mean(range(draws))
     for seed in SEEDS:
