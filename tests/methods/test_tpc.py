@@ -1,8 +1,8 @@
-"""TPC (paper 18): term dropout, the staged schedule's freezing, recovery of a planted
-polynomial, the cascade, the baselines' parameter matching and config errors. Synthetic data
-only (methods/tpc/planted.py); the datasets have their own tests."""
+"""TPC (paper 18): term dropout, the staged schedule's freezing (and its core steps against the
+copied stage step), recovery of a planted polynomial, the cascade and config errors. Synthetic
+data only (methods/tpc/planted.py); the baselines (test_tpc_baselines.py), the experiment's claims
+(test_tpc_experiment.py) and the datasets (test_tpc_data.py) have their own tests."""
 
-import functools
 import itertools
 
 import jax
@@ -18,8 +18,7 @@ from core import train as core_train
 from core.errors import ConfigError
 from core.state import TrainState
 from methods import tpc
-from methods.tpc import baselines, cascade, experiment, linear, model, planted
-from methods.tpc import report as tpc_report
+from methods.tpc import cascade, linear, model, planted
 from methods.tpc import train as tpc_train
 
 KEY = jax.random.PRNGKey(0)
@@ -82,24 +81,6 @@ def test_joint_all_trains_every_truncation_on_one_dropout_draw():
     Y_all = model.logits(p, x_BD)
     want = optax.sigmoid_binary_cross_entropy(Y_all, y_B[:, None].astype(jnp.float32)).mean()
     np.testing.assert_allclose(float(loss), float(want), rtol=1e-5)  # float32 sums
-
-
-def test_mlp_dropout_is_inverted_and_training_only():
-    """torch's nn.Dropout after the hidden ReLU: units dropped with probability p, kept ones
-    scaled by 1 / (1 - p) so the mean logit is unchanged; without an rng (evaluation) the
-    output is the no-dropout one. Dropping without the rescale moves the mean by p."""
-    D, H, B = 3, 256, 4096
-    params = baselines.init("mlp", D, KEY, hidden=H)
-    params["hidden"]["b"] = jnp.ones(H)  # every unit active: its drop is visible
-    x_BD = jnp.tile(jnp.ones((1, D)) * 0.1, (B, 1))
-    clean = np.asarray(baselines.apply("mlp", params, x_BD))
-    np.testing.assert_array_equal(
-        np.asarray(baselines.apply("mlp", params, x_BD, dropout=0.5)), clean
-    )
-    dropped = np.asarray(baselines.apply("mlp", params, x_BD, dropout=0.5, rng=KEY))
-    assert np.std(dropped) > 0.1 * abs(clean[0, 0] - params["out"]["b"][0])
-    spread = np.std(dropped) / np.sqrt(B)
-    assert abs(dropped.mean() - clean.mean()) < 4 * spread, (dropped.mean(), clean.mean())
 
 
 # ------------------------------------------------------------------ the staged schedule
@@ -243,80 +224,6 @@ def test_pair_attribution_sums_to_the_order_2_term():
     assert np.sum(np.triu(c_DD, 1)) + 0.5 * np.trace(c_DD) == pytest.approx(term2, rel=1e-4)
 
 
-# ------------------------------------------------------------------------------ baselines
-
-
-def test_parameter_counts_and_matched_baselines():
-    np.testing.assert_array_equal(model.param_counts(64, 5, 16), [65, 1105, 2145, 3185, 4225])
-    H = baselines.mlp_hidden(4225, 64)
-    assert H == 64 and baselines.mlp_params(64, H) == 4225  # NOTES 18: 64 hidden, 4,225
-    for D, N, R in ((64, 5, 16), (384, 5, 64), (10, 4, 3), (5376, 5, 64)):
-        hidden = baselines.ee_mlp_hidden(D, N, R)
-        ee_N, tpc_N = baselines.ee_mlp_params(D, hidden), model.param_counts(D, N, R)
-        unit_N = np.array([0, D + 2, *(np.array(hidden[:-1]) + 2)])  # one hidden unit's cost
-        assert ee_N[0] == tpc_N[0]
-        assert np.all(np.abs(ee_N - tpc_N) <= unit_N), (ee_N, tpc_N)
-    params = baselines.init("ee_mlp", 10, KEY, hidden=baselines.ee_mlp_hidden(10, 4, 3))
-    n_params = sum(x.size for x in jax.tree.leaves(params))
-    assert n_params == baselines.ee_mlp_params(10, baselines.ee_mlp_hidden(10, 4, 3))[-1]
-    assert baselines.apply("ee_mlp", params, jnp.ones((2, 10))).shape == (2, 4)
-
-
-def test_baselines_train_through_core(tmp_path):
-    """The bilinear probe (order 2 + bias) learns a planted order-2 polynomial that the
-    linear probe cannot (test accuracy, seeds 0, 1, 2: linear .50/.50/.51, bilinear
-    .97/.96/.89); the EE-MLP trains all its exits."""
-    s = planted.splits(8, rank=2, orders=(2,), n_train=1000, n_val=200, n_test=500)
-    c = _config(order=3, rank=4)
-    c.optim.lr = 1e-2
-    one = jax.devices()[:1]
-    lin = baselines.fit_linear(s)
-    lin_acc = _accuracy(s.y_test, s.x_test @ lin.params["w1"] + lin.params["w0"])
-    bil = baselines.fit(c, "bilinear", s, str(tmp_path / "bil"), epochs=15, devices=one)
-    bil_acc = _accuracy(s.y_test, baselines.apply("bilinear", bil.params, s.x_test)[:, 0])
-    assert bil_acc > lin_acc + 0.3, (bil_acc, lin_acc)
-    ee = baselines.fit(c, "ee_mlp", s, str(tmp_path / "ee"), epochs=1, devices=one)
-    assert len(ee.test_f1) == 3 and np.all(np.isfinite(ee.test_f1))
-    # The parameter-matched MLP (H = 32 here) fits the same quadratic rule through the same
-    # trainer: its loss falls and it leaves the linear probe far behind (seed 0: ~.9 vs .5).
-    mlp = baselines.fit(c, "mlp", s, str(tmp_path / "mlp"), epochs=15, devices=one, hidden=32)
-    mlp_acc = _accuracy(s.y_test, baselines.apply("mlp", mlp.params, s.x_test)[:, 0])
-    losses = [row["loss"] for row in mlp.history if "loss" in row]
-    assert losses[-1] < 0.7 * losses[0], losses
-    assert mlp_acc > lin_acc + 0.25, (mlp_acc, lin_acc)
-
-
-def test_ee_mlp_exit_reads_only_the_blocks_before_it():
-    """Exit 1 is linear in x; exit j + 1 reads h_j: changing block j moves exits j + 1 on and
-    leaves the earlier ones bit-identical. Equal widths, so an exit reading the wrong hidden
-    state would still have the right shapes; and the loss is the mean BCE over all exits
-    (the released code's train_all), so every exit gets a gradient."""
-    D, hidden = 6, [6, 6, 6]
-    params = baselines.init("ee_mlp", D, KEY, hidden=hidden)
-    x_BD = jax.random.normal(jax.random.PRNGKey(1), (16, D))
-    forward = jax.jit(functools.partial(baselines.apply, "ee_mlp"))  # one compile, four calls
-    logit_BE = np.asarray(forward(params, x_BD))
-    exit0 = params["exits"][0]
-    # float32 matmuls of the same operands in another grouping: ~1e-7 relative
-    np.testing.assert_allclose(logit_BE[:, 0], (x_BD @ exit0["w"] + exit0["b"])[:, 0], 1e-5)
-    for j in range(len(hidden)):
-        blocks = list(params["blocks"])
-        blocks[j] = {**blocks[j], "b": blocks[j]["b"] + 1.0}
-        moved_BE = np.asarray(forward({**params, "blocks": blocks}, x_BD))
-        np.testing.assert_array_equal(moved_BE[:, : j + 1], logit_BE[:, : j + 1])
-        assert np.all(np.abs(moved_BE[:, j + 1 :] - logit_BE[:, j + 1 :]).max(0) > 1e-3), j
-    y_B = (x_BD[:, 0] > 0).astype(jnp.int32)
-    batch = {"x": x_BD, "y": y_B}
-    loss = functools.partial(baselines.loss_fn, "ee_mlp", "xla", 0.0, rng=None, extra=None)
-    (loss_value, _), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params, batch)
-    per_exit_E = [
-        float(jnp.mean(optax.sigmoid_binary_cross_entropy(logit_BE[:, e], y_B)))
-        for e in range(len(hidden) + 1)
-    ]
-    np.testing.assert_allclose(float(loss_value), np.mean(per_exit_E), rtol=1e-5)  # f32 sums
-    assert all(float(jnp.abs(g["w"]).max()) > 0 for g in grads["exits"])
-
-
 # --------------------------------------------------------------------------------- config
 
 
@@ -336,122 +243,6 @@ def test_config_errors_are_one_line_naming_the_field():
         with pytest.raises(ConfigError, match=match) as info:
             tpc.make(c)
         assert "\n" not in str(info.value)
-
-
-# ----------------------------------------------------------------------------- experiment
-
-
-def _record(mid_gap=0.03, cascade_gap=-0.002, cost=0.2, mlp_gap=0.0, order2_gap=0.05):
-    """A results record of one dataset, 3 seeds, with the claims' per-seed gaps planted (the
-    seeds spread by +-0.002 around them)."""
-    rows = []
-    for seed, jitter in zip((0, 1, 2), (-0.002, 0.0, 0.002), strict=True):
-        lin = 0.9 + jitter
-        o2 = lin + order2_gap
-        prog = [lin, o2, 0.95 + jitter, 0.95 + jitter, 0.96 + jitter]
-        joint_all = [lin, *(np.array(prog[1:-1]) - mid_gap), prog[-1]]
-        where = {"dataset": "digits", "seed": seed}
-        rows += [
-            {**where, "arm": "linear", "val_f1": [lin], "test_f1": [lin]},
-            {**where, "arm": "progressive", "val_f1": prog, "test_f1": prog},
-            {**where, "arm": "joint_all", "val_f1": joint_all, "test_f1": joint_all},
-            {**where, "arm": "mlp@N", "val_f1": [0.9], "test_f1": [prog[-1] + mlp_gap]},
-            {**where, "arm": "mlp@2", "val_f1": [0.9], "test_f1": [o2]},
-            {
-                **where,
-                "arm": "cascade",
-                "tau": 0.9,
-                "val_f1": [0.9],
-                "test_f1": [prog[-1] + cascade_gap],
-                "cost_fraction": cost + jitter,
-                "mean_params": 100.0,
-                "mean_exit_order": 1.5,
-                "exit_fraction": [0.5, 0.3, 0.1, 0.05, 0.05],
-                "curve": [[t, 0.9, 100.0] for t in experiment.TAUS],
-            },
-        ]
-    info = {"D": 64, "layer": None, "counts": [65, 1105, 2145, 3185, 4225]}
-    info |= {"mlp_hidden": {"mlp@2": 17, "mlp@N": 64}, "mlp_params": {"mlp@2": 1123, "mlp@N": 4225}}
-    return {
-        "config": {"datasets": ["digits"], "open_edges": []},
-        "rows": rows,
-        "datasets": {"digits": info},
-        "selections": [],
-        "edges": [],
-    }
-
-
-def _holds(record) -> list[bool]:
-    return [c.holds for c in experiment.claims_from_results(record)]
-
-
-def test_claims_from_results_fail_when_a_gap_crosses_its_margin(tmp_path):
-    """Each claim reads its own arms and holds or fails with its planted gap (pairing by seed,
-    the margins' signs, the orders 2..N-1 slice, the cost bound), and the README's table and
-    figure come from the record alone."""
-    assert _holds(_record()) == [True] * 5
-    assert _holds(_record(mid_gap=-0.02)) == [False, True, True, True, True]
-    assert _holds(_record(cascade_gap=-0.02)) == [True, False, True, True, True]
-    assert _holds(_record(cost=0.6)) == [True, True, False, True, True]
-    assert _holds(_record(mlp_gap=0.02)) == [True, True, True, False, True]
-    assert _holds(_record(order2_gap=0.01)) == [True, True, True, True, False]
-    assert all(c.n == 3 for c in experiment.claims_from_results(_record()))
-    text = tpc_report.table(_record())
-    assert "| progressive - joint_all, orders 2..N-1 | +0.030" in text
-    tpc_report.plot(_record(), str(tmp_path / "f.png"))
-    assert (tmp_path / "f.png").stat().st_size > 0
-
-
-def test_cascade_tau_is_below_one_and_chosen_on_validation():
-    """The cheapest tau within the validation tolerance of the full order; when no tau is
-    within it, the best validation F1 (never tau = 1, at which the cascade is the full order
-    by construction)."""
-    counts = np.array([10, 20, 30])
-    y = np.array([1, 0] * 50)
-    sign = np.where(y == 1, 1.0, -1.0)
-    # Order 1 confident and right on every row: the loosest tau already matches the full order.
-    Y = np.stack([3.0 * sign, 3.0 * sign, 3.0 * sign], 1)
-    tau, edges = experiment.choose_tau(Y, y, counts)
-    assert tau == experiment.TAUS[0] and edges["tau"] == "low"
-    # Order 1 confident and wrong on a fifth of the rows, unsure elsewhere; the full order
-    # right everywhere: only taus past order 1's confidence (sigmoid(2) = .88) qualify.
-    wrong = np.arange(100) % 5 == 0
-    Y1 = np.where(wrong, -2.0 * sign, 0.1 * sign)
-    Y = np.stack([Y1, Y1 + 0.2 * sign, 5.0 * sign], 1)
-    tau, _ = experiment.choose_tau(Y, y, counts)
-    assert tau == 0.9  # the cheapest tau above .88
-    assert max(experiment.TAUS) < 1.0
-
-
-# The quick run trains 9 runs (3 seeds x progressive, joint_all, the MLP matched at order N):
-# about 32 CPU-seconds, mostly tracing; slow-marked (the default suite checks the claims'
-# logic on a planted record above).
-@pytest.mark.slow
-def test_quick_experiment(tmp_path):
-    """Digits, 3 seeds, 5 epochs per order, one grid point: the whole protocol end to end.
-    Measured (test F1, seeds 0 / 1 / 2): linear .905 / .911 / .919, progressive order 5
-    .919 / .923 / .931, joint_all .980 / .965 / .980, MLP .954 / .958 / .967; cascade tau
-    .55 / .9 / .55. Asserted: every claim is an interval over the 3 seeds; every arm has a row
-    per seed; each tau is below 1; the saved record re-derives the same claims (what
-    launch.reproduce --from_results does); and the polynomial's top order beats the linear
-    probe on every seed (a lost higher-order term fails it: measured +.012 to +.014)."""
-    from core import results
-
-    report = experiment.run(str(tmp_path), quick=True)
-    record = report.results
-    assert [c.n for c in report.claims] == [3] * 5
-    arms = {(r["arm"], r["seed"]) for r in record["rows"]}
-    for arm in ("linear", "progressive", "joint_all", "mlp@N", "cascade"):
-        assert {(arm, s) for s in (0, 1, 2)} <= arms, arm
-    taus = [r["tau"] for r in record["rows"] if r["arm"] == "cascade"]
-    assert all(t < 1 for t in taus)
-    path = results.save(record, str(tmp_path / "results"))
-    again = experiment.claims_from_results(results.load("tpc", "quick", str(tmp_path / "results")))
-    assert [c.to_dict() for c in again] == [c.to_dict() for c in report.claims], path
-    prog = tpc_report.per_seed(record, "digits", "progressive")
-    lin = tpc_report.per_seed(record, "digits", "linear")
-    assert all(prog[s][-1] > lin[s][0] + 0.005 for s in (0, 1, 2)), (prog, lin)
-    assert len(report.figures) == 1 and report.figures[0].endswith(".png")
 
 
 def _copied_stage_step(cfg, loss, tx, stage: int):
