@@ -85,9 +85,11 @@ def _module(name: str):
     return importlib.import_module(f"methods.{name}.bench")
 
 
-def run(names: list[str], out: str, *, smoke: bool = False) -> dict:
+def run(names: list[str], out: str, *, smoke: bool = False, modules=None) -> dict:
     """Runs the named benchmarks one after the other; writes and returns the JSON record (with
-    the paths written under "files")."""
+    the paths written under "files"). `modules` maps a name to its benchmark module (anything
+    with `measure(*, smoke)` and optionally `plot(result, path)`) for a benchmark that is not a
+    package's bench.py: a method a test defines runs through the same report."""
     from core import benchmark, storage
 
     storage.require_local(out, what="--out")
@@ -97,7 +99,7 @@ def run(names: list[str], out: str, *, smoke: bool = False) -> dict:
     results, record = {}, {"machine": start, "smoke": smoke, "benches": {}}
     files = []
     for name in names:
-        module = _module(name)
+        module = (modules or {}).get(name) or _module(name)
         load_before, clock = benchmark.load_avg_1m(), time.perf_counter()
         result = module.measure(smoke=smoke)
         seconds = time.perf_counter() - clock

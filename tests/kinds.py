@@ -11,6 +11,8 @@
 which the generic tests add to the entries of configs/*.py.
 """
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +20,7 @@ import optax
 from jax.sharding import PartitionSpec as P
 
 from configs.common import base_config, choose, parse_arg
-from core import data, optim
+from core import benchmark, data, optim, train
 from core.declarations import Declarations, Entry
 from core.method import Method
 from core.precision import compute_dtype
@@ -108,6 +110,51 @@ def make_regression(config) -> Method:
 
     return Method(init, step=step, tx=tx)
 
+
+# ------------------------------------------------------------------ benchmarks
+
+
+def _rule_bench(*, smoke: bool = False) -> benchmark.Result:
+    """The rule's evaluation as the core runs it (jitted eval step over the one-pass set, one
+    device) against the same accuracy in NumPy, side by side."""
+    config = rule_config("size=smoke" if smoke else "")
+    session = train.init(config, make_rule(config), devices=jax.devices()[:1])
+    arrays, repeats = scored_set(config.examples), 2 if smoke else 10
+    core_s = benchmark.median_seconds(session.evaluate, repeats)
+    numpy_s = benchmark.median_seconds(
+        lambda: np.mean((arrays["x"] @ TARGET_W > 0) == (arrays["label"] > 0)), repeats
+    )
+    figure = f"threshold rule accuracy over {config.examples} examples"
+    ratio = benchmark.Ratio(figure, "core.train evaluate", core_s, "NumPy", numpy_s, "s")
+    return benchmark.Result([ratio], details={"accuracy": session.evaluate()["accuracy"]})
+
+
+def _regression_bench(*, smoke: bool = False) -> benchmark.Result:
+    """The core's data-free step (its own samples drawn inside it) against the bare jitted
+    gradient of the same loss, side by side on one device."""
+    config = regression_config("size=smoke" if smoke else "")
+    session = train.init(config, make_regression(config), devices=jax.devices()[:1])
+    x_NF = jax.random.normal(jax.random.PRNGKey(0), (config.samples_per_step, FEATURES))
+    grad = jax.jit(jax.grad(lambda w: jnp.mean(jnp.square(x_NF @ w - x_NF @ TARGET_W))))
+    w = jnp.zeros(FEATURES)
+
+    def step():
+        session.state, metrics = session.step(session.state, None)
+        jax.block_until_ready(metrics)
+
+    repeats = 2 if smoke else 20
+    step_s = benchmark.median_seconds(step, repeats)
+    grad_s = benchmark.median_seconds(lambda: grad(w).block_until_ready(), repeats)
+    figure = f"self-sampled regression, {config.samples_per_step} samples per step"
+    ratio = benchmark.Ratio(figure, "core step", step_s, "bare gradient", grad_s, "s")
+    return benchmark.Result([ratio], details={"steps_taken": int(session.state.step)})
+
+
+# What launch.bench reads of a benchmark module: `measure(*, smoke)`.
+BENCHES = {
+    "threshold_rule": types.SimpleNamespace(measure=_rule_bench),
+    "self_sampled_regression": types.SimpleNamespace(measure=_regression_bench),
+}
 
 # Nothing to declare beyond the defaults: the smoke variant is size=smoke, the largest the
 # default config (size=full), and each has a matmul on a batch spread over the chips.

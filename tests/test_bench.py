@@ -16,7 +16,7 @@ import pytest
 
 from core.errors import ConfigError
 from launch import bench
-from tests import bench_checks
+from tests import bench_checks, kinds
 from tests.bench_checks import positive
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,9 +25,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # ------------------------------------------------------------------ the entry point
 
 
-@pytest.mark.parametrize("name", bench.select(None, None))
+@pytest.mark.parametrize("name", [*bench.select(None, None), *kinds.BENCHES])
 def test_smoke_run_writes_a_consistent_report(name, tmp_path):
-    record = bench.run([name], str(tmp_path), smoke=True)
+    """Every benchmark, and those of the methods tests/kinds.py defines (evaluate-only,
+    data-free), through the same report."""
+    record = bench.run([name], str(tmp_path), smoke=True, modules=kinds.BENCHES)
     json_path, md_path, *figures = record["files"]
     with open(json_path) as f:
         written = json.load(f)
