@@ -111,3 +111,19 @@ def test_instruments_are_no_config_change_and_no_cache_key(tmp_path):
     key = lambda c: cache.key(c, "code")
     assert key(config(4)) == key(config(4, profile="1:2", tensorboard=True)) == key(before)
     assert key(config(4)) != key(config(5))
+
+
+@pytest.mark.parametrize(
+    "rules, message",
+    [
+        ([("^w$", "w"), ("^nope/", None)], "rule '\\^nope/' \\(label None\\) matches no parameter"),
+        ([("^b$", "w")], "parameter 'w' matches no rule"),
+    ],
+)
+def test_a_scoped_label_error_names_the_method_and_writes_nothing(tmp_path, rules, message):
+    tx = optim.scoped(rules, {"w": optax.sgd(0.1)})
+    c = config(2)
+    c.method = "toy"
+    with pytest.raises(ConfigError, match=f"^toy: core.optim.scoped: {message}") as e:
+        train.run(c, Method(init, loss=mse, dataset=dataset, tx=tx), str(tmp_path / "w"))
+    assert "\n" not in str(e.value) and not (tmp_path / "w").exists()
