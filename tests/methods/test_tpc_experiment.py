@@ -99,6 +99,9 @@ def test_quick_checks_hold_for_a_working_pipeline_and_fail_for_broken_ones():
     # Progressive's higher orders never trained: every order equals its frozen order 1.
     untrained = lambda f1: [f1[0]] * len(f1)
     assert _holds(_quick(_record(), progressive=untrained)) == [True, True, True, True, False]
+    # The check reads order N, not an earlier order (order 2 here still above the probe).
+    last_untrained = lambda f1: [*f1[:-1], f1[0]]
+    assert _holds(_quick(_record(), progressive=last_untrained)) == [True, True, True, True, False]
 
 
 def test_chance_f1_is_the_all_positive_predictor_on_every_quick_seed():
