@@ -18,7 +18,8 @@ The repetitions are objects: each interval spans object, noise and init variatio
 
 Claims (IntervalClaims on 95 % bootstrap intervals over objects, paired by object seed):
 - NAB beats RFF in PSNR on rectangular objects by more than PSNR_MARGIN, at each view count;
-- and in SSIM by more than SSIM_MARGIN at the largest;
+- and in SSIM by more than SSIM_MARGIN at the largest (the quick run, 3 objects at 32 x 32,
+  checks instead that NAB fitted: its SSIM above FBP's by SSIM_MARGIN);
 - the gain is smaller on curved objects than on rectangular ones (industrial object i paired
   with curved object i: independent draws, so the pairing only matches the count);
 - freezing the bins' centres (or sizes) keeps less than half of NAB's gain: the frozen fit's
@@ -282,17 +283,33 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
     ]
     ssim = {
         m: by_object(record, "ssim", method=m, phantom="industrial", views=top)
-        for m in ("nab", "rff")
+        for m in ("nab", "rff", "fbp")
     }
-    claims.append(
-        IntervalClaim.beats(
-            f"NAB beats RFF in SSIM on rectangular objects at {top} views by > {SSIM_MARGIN:g}",
-            f"industrial/{top}v ssim: nab - rff",
-            ssim["nab"],
-            ssim["rff"],
-            SSIM_MARGIN,
+    if record["run"] == "quick":
+        # At 32 x 32 on 3 objects the SSIM gain over RFF cannot be resolved at 0.05 (see the
+        # margins' note), so the quick run checks that NAB fitted at all: the same visible-gain
+        # margin over FBP, which an INR that has not fitted the sinogram cannot reach (untrained,
+        # it is a near-constant image, SSIM far below FBP's streaky but correct one).
+        claims.append(
+            IntervalClaim.beats(
+                f"smoke: NAB fitted: its SSIM above FBP's on rectangular objects at {top} views "
+                f"by > {SSIM_MARGIN:g}",
+                f"industrial/{top}v ssim: nab - fbp",
+                ssim["nab"],
+                ssim["fbp"],
+                SSIM_MARGIN,
+            )
         )
-    )
+    else:
+        claims.append(
+            IntervalClaim.beats(
+                f"NAB beats RFF in SSIM on rectangular objects at {top} views by > {SSIM_MARGIN:g}",
+                f"industrial/{top}v ssim: nab - rff",
+                ssim["nab"],
+                ssim["rff"],
+                SSIM_MARGIN,
+            )
+        )
     if "curved" in s["reported"]:
         gain = {
             p: stats.paired_differences(psnr("nab", p), psnr("rff", p), what=f"{p} gain")
