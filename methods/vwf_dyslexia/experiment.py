@@ -24,7 +24,10 @@ Claims (fixed before the first full run; intervals over the 3 seeds):
   65 % (their mean);
 - only s = 0 is selective: selectivity at s = 0 exceeds the largest at any other s by > 0.05.
 Quick (about a minute on an idle machine): 3 seeds of a 300-step model, k = 8 % only, 5 random
-masks; claim: the VWF lesion's lexical drop exceeds the random masks' mean by more than 0.02.
+masks. At 300 steps no task is learned (the yes/no tasks sit at one answer's share), so its
+claims are smoke checks of the pipeline (report.quick_checks): training taught the answer format
+(yes/no accuracy > 0.25; untrained ~0), the localiser finds a contrast (max t > 6; shuffled
+categories ~3), silencing every decoder MLP unit changes the answers (a no-op lesion: 0).
 Every seed's training and analysis is one cached run (`core.cache`). The claims, the figure and
 the summary are derived from the record alone, in report.py.
 """
