@@ -12,6 +12,7 @@ from core import storage
 from core.checkpoint import Checkpointer, abstract_with_shardings
 from core.errors import ConfigError
 from core.method import Method
+from core.sharding import path_str
 from core.state import TrainState
 from core.steps import init_opt_state
 
@@ -96,9 +97,30 @@ def initial_state(make_state: Callable, rng, state_shardings) -> TrainState:
     return jax.jit(make, out_shardings=state_shardings)(rng, placed)
 
 
+def check_init_from(source: str, abstract_params) -> None:
+    """For `train.init_from=pretrained:<name or path>`: a one-line ConfigError unless the
+    checkpoint's tree (metadata only: nothing dequantized) has the method's parameter paths and
+    shapes. Called by the plan, before anything is written; other sources are checked when
+    restored."""
+    if not (source or "").startswith("pretrained:"):
+        return
+    from core import pretrained  # its modules import this one's `place`
+
+    what = f"train.init_from={source}"
+    try:
+        have = pretrained.abstract_params(source[len(pretrained.PREFIX) :])
+    except pretrained.PretrainedError as e:
+        raise pretrained.PretrainedError(f"{what}: {e}") from None
+    pretrained.llama_params.check_fits(have, abstract_params, what)
+
+
 def restore_params(state: TrainState, state_shardings, source: str) -> TrainState:
     """`state` with its params replaced by those of another run's newest good checkpoint
-    (`source`: that run's workdir or its checkpoints/ folder), placed in this run's layout."""
+    (`source`: that run's workdir or its checkpoints/ folder), placed in this run's layout;
+    or, for "pretrained:<name or path>", by a pretrained model's weights (`core.pretrained`),
+    cast to the state's param dtypes."""
+    if source.startswith("pretrained:"):
+        return _restore_pretrained(state, state_shardings, source)
     directory = storage.resolve(source, what="train.init_from")
     if (directory / "checkpoints").exists():
         directory = directory / "checkpoints"
@@ -106,3 +128,20 @@ def restore_params(state: TrainState, state_shardings, source: str) -> TrainStat
     with Checkpointer(directory, create=False) as ckpt:
         params = ckpt.restore_params(abstract)
     return state.replace(params=params)
+
+
+def _restore_pretrained(state: TrainState, state_shardings, source: str) -> TrainState:
+    from core import pretrained
+
+    what = f"train.init_from={source}"
+    try:
+        model = pretrained.load(source[len(pretrained.PREFIX) :], tokenizer=False)
+    except pretrained.PretrainedError as e:
+        raise pretrained.PretrainedError(f"{what}: {e}") from None
+    pretrained.llama_params.check_fits(model.params, state.params, what)
+    # Matched by "/"-joined path (check_fits), cast leaf by leaf to the state's dtypes.
+    have = {path_str(p): x for p, x in jax.tree_util.tree_flatten_with_path(model.params)[0]}
+    paths_leaves, treedef = jax.tree_util.tree_flatten_with_path(state.params)
+    host = [np.asarray(have[path_str(p)], like.dtype) for p, like in paths_leaves]
+    params = treedef.unflatten(host)
+    return state.replace(params=jax.tree.map(place, params, state_shardings.params))

@@ -36,6 +36,7 @@ from core import workdir as workdir_lib
 from core.checkpoint import Checkpointer, abstract_with_shardings
 from core.errors import ConfigError, method_name
 from core.initial_state import (  # noqa: F401 (re-exported: train.place, train.seed_key, ...)
+    check_init_from,
     host_leaves,
     initial_state,
     make_state_fn,
@@ -188,6 +189,7 @@ def _plan(config, method: Method, devices) -> Plan:
         batch_spec = _eval_spec(config, method)
     make_state = with_precision(make_state_fn(method, tx, batch_spec))
     abstract = jax.eval_shape(make_state, seed_key(config.seed))
+    check_init_from(config.train.get("init_from", ""), abstract.params)  # pretrained: metadata
     state_shardings = sharding.tree_shardings(
         abstract, mesh, method.sharding_rules, config.get("fsdp_min_size", 2**14)
     )
