@@ -47,7 +47,11 @@ Implementations (`attend(..., impl=)`):
 Either way a query with no visible key (a left-padding token) gets an output of exactly 0
 rather than an average over padding.
 
-Shape suffixes: B batch, T new tokens (queries), S key slots, H heads, K head dim, D d_model.
+Grouped-query attention: k and v may have G heads, G dividing the H query heads; query head h
+reads kv head h // (H // G) (`attend`; `MultiHeadAttention` with cfg.num_kv_heads).
+
+Shape suffixes: B batch, T new tokens (queries), S key slots, H heads, G kv heads, K head dim,
+D d_model.
 """
 
 from collections.abc import Callable
@@ -129,11 +133,14 @@ def encode_positions(
     *,
     positions_BT=None,
     rope_base: float = 10000.0,
+    rope_layout: str = "half",
     x_BTD=None,
     key_mask_BT=None,
     state=None,
 ):
-    """(q_BTHK, k_BTHK, state) with positions encoded; a kind name or a method's function."""
+    """(q_BTHK, k_BTHK, state) with positions encoded; a kind name or a method's function.
+    k may have fewer heads than q (grouped-query attention). rope_layout: "rope"'s pair layout
+    (`core.nn.positions.rope`); a position function gets neither it nor rope_base."""
     if callable(positions):
         return positions(
             q_BTHK,
@@ -144,7 +151,7 @@ def encode_positions(
             state=state,
         )
     q_BTHK, k_BTHK = positions_lib.apply_positions(
-        positions, q_BTHK, k_BTHK, positions_BT, base=rope_base
+        positions, q_BTHK, k_BTHK, positions_BT, base=rope_base, layout=rope_layout
     )
     return q_BTHK, k_BTHK, state
 
@@ -157,46 +164,82 @@ def resolve_impl(impl: str) -> str:
     return "dot_product" if traced_platform() == "gpu" else "xla"
 
 
-def attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, *, impl: str = "xla", precision=None):
+def attend(q_BTHK, k_BSGK, v_BSGK, mask_BTS, *, impl: str = "xla", precision=None):
     """softmax(q k^T / sqrt(K), masked) v per head: [B, T, H, K] in v's dtype.
 
+    k and v have G heads, G dividing H: G = H is multi-head attention; G < H is grouped-query
+    attention, query head h reading kv head h // (H // G) (Hugging Face's and llama.cpp's
+    grouping), computed as a grouped einsum without repeating k and v per query head.
     Rows of mask_BTS with no True entry give exactly 0. `precision` (a `jax.lax.Precision`)
     goes to "xla"'s two einsums: HIGHEST keeps float32 exact where an accelerator would
     otherwise multiply in TF32 / bfloat16 passes (a port checked against float32 reference
     numbers). None, the default, is jax's default precision.
     """
     impl = resolve_impl(impl)
-    K = q_BTHK.shape[-1]
+    B, T, H, K = q_BTHK.shape
+    G = k_BSGK.shape[2]
+    if H % G or v_BSGK.shape[2] != G:
+        raise ValueError(
+            f"attend: {H} query heads need a kv head count dividing them, got k "
+            f"{k_BSGK.shape[2]} and v {v_BSGK.shape[2]} heads"
+        )
     mask_B1TS = mask_BTS[:, None]
     if impl == "dot_product":
         if precision is not None:  # jax.nn.dot_product_attention takes no precision
             raise ValueError(f"attend: precision={precision} needs impl='xla'")
+        # jax groups query heads over kv heads itself (head h reads kv head h // (H // G)).
         out_BTHK = jax.nn.dot_product_attention(
-            q_BTHK, k_BSHK.astype(q_BTHK.dtype), v_BSHK.astype(q_BTHK.dtype), mask=mask_B1TS
+            q_BTHK, k_BSGK.astype(q_BTHK.dtype), v_BSGK.astype(q_BTHK.dtype), mask=mask_B1TS
         )
         # jax averages v over a row with no visible key; zero it as "xla" does.
         any_key_BT11 = jnp.any(mask_BTS, axis=-1)[:, :, None, None]
-        return jnp.where(any_key_BT11, out_BTHK, 0).astype(v_BSHK.dtype)
-    scores_BHTS = jnp.einsum(
-        "bthk,bshk->bhts", q_BTHK, k_BSHK, precision=precision, preferred_element_type=jnp.float32
+        return jnp.where(any_key_BT11, out_BTHK, 0).astype(v_BSGK.dtype)
+    if G == H:  # multi-head: the formulation since the start (same numbers, bit for bit)
+        scores_BHTS = jnp.einsum(
+            "bthk,bshk->bhts",
+            q_BTHK,
+            k_BSGK,
+            precision=precision,
+            preferred_element_type=jnp.float32,
+        ) * (K**-0.5)
+        probs_BHTS = _masked_softmax(scores_BHTS, mask_B1TS).astype(v_BSGK.dtype)
+        return jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSGK, precision=precision)
+    # Grouped: query head h = g * R + r (R = H // G query heads per kv head g).
+    q_BTGRK = q_BTHK.reshape(B, T, G, H // G, K)
+    scores_BGRTS = jnp.einsum(
+        "btgrk,bsgk->bgrts",
+        q_BTGRK,
+        k_BSGK,
+        precision=precision,
+        preferred_element_type=jnp.float32,
     ) * (K**-0.5)
-    scores_BHTS = jnp.where(mask_B1TS, scores_BHTS, jnp.finfo(jnp.float32).min)
-    probs_BHTS = jax.nn.softmax(scores_BHTS, axis=-1)
+    probs_BGRTS = _masked_softmax(scores_BGRTS, mask_B1TS[:, None]).astype(v_BSGK.dtype)
+    out_BTGRK = jnp.einsum("bgrts,bsgk->btgrk", probs_BGRTS, v_BSGK, precision=precision)
+    return out_BTGRK.reshape(B, T, H, K)
+
+
+def _masked_softmax(scores, mask):
+    """Float32 softmax over the last axis where `mask` (broadcast to scores) is True; exactly 0
+    elsewhere."""
+    scores = jnp.where(mask, scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1)
     # A query with no valid key (a padding token at the start of a left-padded row) would
     # get a uniform average over padding; zero it instead. Elsewhere masked probs are
     # already exactly 0 (exp underflows), so this changes nothing for real tokens.
-    probs_BHTS = jnp.where(mask_B1TS, probs_BHTS, 0.0)
-    probs_BHTS = probs_BHTS.astype(v_BSHK.dtype)
-    return jnp.einsum("bhts,bshk->bthk", probs_BHTS, v_BSHK, precision=precision)
+    return jnp.where(mask, probs, 0.0)
 
 
 class MultiHeadAttention(nnx.Module):
-    """q, k, v, o projections (bias-free, [D, D]) around `encode_positions` and `attend`;
+    """q, k, v, o projections (bias-free; q and o [D, D], k and v [D, G * K] with G kv heads)
+    around `encode_positions` and `attend`;
     qk_norm=True adds an RMSNorm over each head's features of q and of k (one scale [K] each,
     shared by the heads, as DDT / SD3 / FLUX): every score is then at most sqrt(K) times the
     largest entries of the two scales (sqrt(K) at init), whatever the input's size.
 
-    cfg needs d_model, num_heads, dtype, param_dtype (and rope_base for "rope"). q, k and v
+    cfg needs d_model, num_heads, dtype, param_dtype (and rope_base for "rope"); optional
+    fields: num_kv_heads (G; None or absent = num_heads: multi-head attention, fewer:
+    grouped-query attention, see `attend`), rope_layout ("half" when absent,
+    `core.nn.positions.rope`), norm_eps (qk_norm's, `layers.norm_factory`). q, k and v
     are separate projections so tensor parallelism can split each over heads by sharding its
     output dim (a fused [D, 3D] kernel split contiguously would hand whole q/k/v blocks to
     devices). `positions` and `impl` are fixed at construction; the mask comes per call
@@ -215,14 +258,20 @@ class MultiHeadAttention(nnx.Module):
         check_positions(positions)
         check_impl(impl)
         dense = layers.dense_factory(cfg, rngs)
-        D = cfg.d_model
-        self.q, self.k, self.v, self.o = dense(D, D), dense(D, D), dense(D, D), dense(D, D)
+        D, H = cfg.d_model, cfg.num_heads
+        G = getattr(cfg, "num_kv_heads", None) or H
+        if H % G:
+            raise ValueError(f"num_kv_heads={G} must divide num_heads={H}")
+        KV = G * (D // H)
+        # Built in this order (q, k, v, o) so initialisation draws as it always has.
+        self.q, self.k, self.v, self.o = dense(D, D), dense(D, KV), dense(D, KV), dense(D, D)
         if qk_norm:  # no parameters otherwise: existing checkpoints keep their tree
             norm = layers.norm_factory(cfg)
             self.q_norm, self.k_norm = norm(D // cfg.num_heads), norm(D // cfg.num_heads)
         self.qk_norm = qk_norm
-        self.num_heads = cfg.num_heads
+        self.num_heads, self.num_kv_heads = H, G
         self.rope_base = getattr(cfg, "rope_base", 10000.0)
+        self.rope_layout = getattr(cfg, "rope_layout", "half")
         self.positions = positions
         self.impl = impl
 
@@ -234,44 +283,46 @@ class MultiHeadAttention(nnx.Module):
         A position function gets x_BTD, key_mask_BT and state=None (a function that carries
         decoding state needs a model with its own cache, as methods/selective_rope has).
 
-        Without a cache the keys are the T new tokens (S = T). With `cache_kv = (k_LBSHK,
-        v_LBSHK, index)` (per-layer stacks, as in `core.nn.transformer.KVCache`) the new keys
+        Without a cache the keys are the T new tokens (S = T). With `cache_kv = (k_LBSGK,
+        v_LBSGK, index)` (per-layer stacks of the G kv heads, `core.nn.transformer.KVCache`)
+        the new keys
         and values are written at slots [index, index+T) of layer `layer` and the queries
         attend over all S slots; returns the updated (k, v) stacks.
         """
         B, T, D = x_BTD.shape
-        H = self.num_heads
+        H, G = self.num_heads, self.num_kv_heads
         K = D // H
         q_BTHK = self.q(x_BTD).reshape(B, T, H, K)
-        k_BTHK = self.k(x_BTD).reshape(B, T, H, K)
-        v_BTHK = self.v(x_BTD).reshape(B, T, H, K)
+        k_BTGK = self.k(x_BTD).reshape(B, T, G, K)
+        v_BTGK = self.v(x_BTD).reshape(B, T, G, K)
         if self.qk_norm:  # before the rotation, which keeps the norm (DDT, SD3)
-            q_BTHK, k_BTHK = self.q_norm(q_BTHK), self.k_norm(k_BTHK)
-        q_BTHK, k_BTHK, _ = encode_positions(
+            q_BTHK, k_BTGK = self.q_norm(q_BTHK), self.k_norm(k_BTGK)
+        q_BTHK, k_BTGK, _ = encode_positions(
             self.positions,
             q_BTHK,
-            k_BTHK,
+            k_BTGK,
             positions_BT=positions_BT,
             rope_base=self.rope_base,
+            rope_layout=self.rope_layout,
             x_BTD=x_BTD,
             key_mask_BT=key_mask_BT,
         )
         new_cache_kv = None
         if cache_kv is None:
-            k_BSHK, v_BSHK = k_BTHK, v_BTHK
+            k_BSGK, v_BSGK = k_BTGK, v_BTGK
         else:
-            k_LBSHK, v_LBSHK, index = cache_kv
+            k_LBSGK, v_LBSGK, index = cache_kv
             start = (layer, 0, index, 0, 0)
-            k_LBSHK = jax.lax.dynamic_update_slice(
-                k_LBSHK, k_BTHK[None].astype(k_LBSHK.dtype), start
+            k_LBSGK = jax.lax.dynamic_update_slice(
+                k_LBSGK, k_BTGK[None].astype(k_LBSGK.dtype), start
             )
-            v_LBSHK = jax.lax.dynamic_update_slice(
-                v_LBSHK, v_BTHK[None].astype(v_LBSHK.dtype), start
+            v_LBSGK = jax.lax.dynamic_update_slice(
+                v_LBSGK, v_BTGK[None].astype(v_LBSGK.dtype), start
             )
-            new_cache_kv = (k_LBSHK, v_LBSHK)
-            k_BSHK = k_LBSHK[layer].astype(q_BTHK.dtype)
-            v_BSHK = v_LBSHK[layer].astype(q_BTHK.dtype)
-        out_BTHK = attend(q_BTHK, k_BSHK, v_BSHK, mask_BTS, impl=self.impl)
+            new_cache_kv = (k_LBSGK, v_LBSGK)
+            k_BSGK = k_LBSGK[layer].astype(q_BTHK.dtype)
+            v_BSGK = v_LBSGK[layer].astype(q_BTHK.dtype)
+        out_BTHK = attend(q_BTHK, k_BSGK, v_BSGK, mask_BTS, impl=self.impl)
         return self.o(out_BTHK.reshape(B, T, H * K)), new_cache_kv
 
 

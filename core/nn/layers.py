@@ -41,9 +41,13 @@ def is_float_dtype(value) -> bool:
 
 
 def norm_factory(cfg):
-    """RMSNorm(dim) in `cfg.dtype` output and `cfg.param_dtype` scale."""
+    """RMSNorm(dim) in `cfg.dtype` output and `cfg.param_dtype` scale, epsilon `cfg.norm_eps`
+    (1e-6 for a config without that field)."""
     return functools.partial(
-        RMSNorm, dtype=jnp.dtype(cfg.dtype), param_dtype=jnp.dtype(cfg.param_dtype)
+        RMSNorm,
+        dtype=jnp.dtype(cfg.dtype),
+        param_dtype=jnp.dtype(cfg.param_dtype),
+        eps=getattr(cfg, "norm_eps", 1e-6),
     )
 
 

@@ -9,10 +9,13 @@
     out.logits_BTV, out.captured["blocks/0"]           # intermediates the caller named
     pol = policy(cfg)                                  # the `core.nn.policy.Policy` of cfg
 
-Architecture: token embedding -> num_layers x [RMSNorm -> MHA -> residual; RMSNorm -> SwiGLU
-MLP -> residual] -> RMSNorm -> untied output projection (`core.nn.layers`,
-`core.nn.attention`). No biases, no dropout. The attention mask (cfg.attention_mask: causal by
-default; bidirectional, block or segment from `block_ids_BT`), the position encoding
+Architecture: token embedding -> num_layers x [RMSNorm -> MHA or GQA -> residual; RMSNorm ->
+SwiGLU MLP -> residual] -> RMSNorm -> untied or tied output projection (`core.nn.layers`,
+`core.nn.attention`): a Llama. No biases, no dropout. Llama's options are config fields
+(`core.nn.transformer_config`): num_kv_heads (grouped-query attention, a smaller KV cache),
+tie_embeddings (logits = final_norm(h) @ embed.embedding.T, no lm_head parameter), rope_layout
+("half" or "interleaved" rotary pairs) and norm_eps. The attention mask (cfg.attention_mask:
+causal by default; bidirectional, block or segment from `block_ids_BT`), the position encoding
 (cfg.position: "rope", "none" or a position function) and the attention implementation
 (cfg.attention_impl) are config fields; the defaults are the causal LM this module has always
 been, with the same numbers and the same parameter paths.
@@ -46,7 +49,10 @@ from jax.sharding import PartitionSpec as P
 from core.nn import attention, layers
 from core.nn.policy import Policy
 from core.nn.pure import PureModule
-from core.nn.transformer_config import TransformerConfig  # noqa: F401 (transformer.<name>)
+from core.nn.transformer_config import (  # noqa: F401 (transformer.<name>)
+    TransformerConfig,
+    flops_per_token,
+)
 
 # Re-exported: methods built these from here before core.nn.layers existed.
 RMSNorm, SwiGLU, dense_factory = layers.RMSNorm, layers.SwiGLU, layers.dense_factory
@@ -59,8 +65,8 @@ class KVCache(NamedTuple):
     attention never reads a slot whose key_mask is False.
     """
 
-    k: jax.Array  # [L, B, S, H, K], rotary already applied
-    v: jax.Array  # [L, B, S, H, K]
+    k: jax.Array  # [L, B, S, G, K] (G = cfg.kv_heads), rotary already applied
+    v: jax.Array  # [L, B, S, G, K]
     key_mask: jax.Array  # [B, S] bool
     index: jax.Array  # int32 scalar: number of filled slots
 
@@ -69,7 +75,10 @@ class KVCache(NamedTuple):
 # projection split their output dim, the attention-out and MLP-down kernels their input dim, and
 # the embedding its vocab dim. Suffix patterns ending in "$" (preceded by "/" or the start) so
 # the same rule matches "blocks/0/attn/q/kernel" and "opt_state/0/mu/blocks/0/attn/q/kernel".
-# RMSNorm scales (1-D) are deliberately unmatched: replicated, or FSDP'd by the core.
+# RMSNorm scales (1-D) are deliberately unmatched: replicated, or FSDP'd by the core. A rule
+# whose mesh axis does not divide the dim is dropped (core.sharding), e.g. GQA's k/v kernels
+# [D, kv_heads * K] stay replicated over a "model" axis that does not divide kv_heads * K.
+# Tied embeddings have no lm_head: the embedding's vocab split serves the output projection.
 SHARDING_RULES = (
     (r"(^|/)embed/embedding$", P("model", None)),
     (r"(^|/)attn/(q|k|v)/kernel$", P(None, "model")),
@@ -92,19 +101,31 @@ class Transformer(nnx.Module):
         self.blocks = nnx.List(
             [layers.PreNormBlock(cfg, mha(cfg, rngs), rngs) for _ in range(cfg.num_layers)]
         )
-        self.final_norm = layers.RMSNorm(cfg.d_model, dtype=dtype, param_dtype=param_dtype)
+        self.final_norm = layers.norm_factory(cfg)(cfg.d_model)
         # float32 logits straight out of the matmul: bfloat16 logits would round by ~0.03.
-        self.lm_head = nnx.Linear(
-            cfg.d_model,
-            cfg.vocab_size,
-            use_bias=False,
-            dtype=dtype,
-            param_dtype=param_dtype,
-            preferred_element_type=jnp.float32,
-            dot_general=layers.flat_dot_general,
-            rngs=rngs,
-        )
+        if not cfg.tie_embeddings:  # tied: no parameter (embed.embedding serves, `project`)
+            self.lm_head = nnx.Linear(
+                cfg.d_model,
+                cfg.vocab_size,
+                use_bias=False,
+                dtype=dtype,
+                param_dtype=param_dtype,
+                preferred_element_type=jnp.float32,
+                dot_general=layers.flat_dot_general,
+                rngs=rngs,
+            )
         self.cfg = cfg
+
+    def project(self, h_BTD):
+        """The output projection of a final-normed state: float32 logits [B, T, V]."""
+        if not self.cfg.tie_embeddings:
+            return self.lm_head(h_BTD).astype(jnp.float32)
+        # h @ E^T in cfg.dtype with float32 accumulation, as lm_head computes its matmul.
+        embedding_DV = self.embed.embedding[...].astype(h_BTD.dtype).T
+        contract = (((h_BTD.ndim - 1,), (0,)), ((), ()))
+        return layers.flat_dot_general(
+            h_BTD, embedding_DV, contract, preferred_element_type=jnp.float32
+        ).astype(jnp.float32)
 
     def __call__(
         self,
@@ -158,7 +179,7 @@ class Transformer(nnx.Module):
             keep(f"blocks/{layer}", x_BTD)
         h_BTD = self.final_norm(x_BTD)
         keep("final_norm", h_BTD)
-        logits_BTV = self.lm_head(h_BTD).astype(jnp.float32) if head else None
+        logits_BTV = self.project(h_BTD) if head else None
         new_cache = None if cache is None else KVCache(*cache_kv, key_mask_BS, index + T)
         return logits_BTV, new_cache, captured
 
@@ -322,11 +343,12 @@ def features(cfg, params, tokens_BT, *, positions_BT=None, key_mask_BT=None) -> 
 
 
 def init_cache(cfg: TransformerConfig, batch_size: int, max_len: int, dtype=None) -> KVCache:
-    """An empty cache of `max_len` slots; k/v in `dtype` (default cfg.dtype)."""
+    """An empty cache of `max_len` slots for cfg.kv_heads heads; k/v in `dtype` (default
+    cfg.dtype)."""
     if max_len > cfg.max_len:
         raise ValueError(f"cache length {max_len} exceeds TransformerConfig.max_len={cfg.max_len}")
     dtype = jnp.dtype(dtype or cfg.dtype)
-    shape = (cfg.num_layers, batch_size, max_len, cfg.num_heads, cfg.head_dim)
+    shape = (cfg.num_layers, batch_size, max_len, cfg.kv_heads, cfg.head_dim)
     return KVCache(
         k=jnp.zeros(shape, dtype),
         v=jnp.zeros(shape, dtype),
@@ -351,25 +373,9 @@ def num_params(params) -> int:
     return sum(x.size for x in jax.tree_util.tree_leaves(params))
 
 
-def flops_per_token(cfg: TransformerConfig, seq_len: int) -> float:
-    """Training FLOPs (forward + backward) per token, the standard estimate (Kaplan et al.;
-    PaLM appendix B):
-
-        6 * N_matmul + 12 * num_layers * seq_len * d_model
-
-    N_matmul = num_layers * (4 d_model^2 + 3 d_model d_ff) + d_model * vocab_size counts the
-    weights that take part in a matmul (the embedding lookup and norms do not). The second
-    term is the QK^T and AV products (2 matmuls x 2 FLOPs x 3 for fwd+bwd), counted over the
-    full context even though the causal mask makes half of it zeros. Divide by 3 for inference.
-    """
-    D, F, L = cfg.d_model, cfg.d_ff, cfg.num_layers
-    n_matmul = L * (4 * D * D + 3 * D * F) + D * cfg.vocab_size
-    return float(6 * n_matmul + 12 * L * seq_len * D)
-
-
 def head(cfg: TransformerConfig, params: dict, x_BTD: jax.Array) -> jax.Array:
     """The output head on a residual stream: the final norm, then the output projection
     (float32 logits [B, T, V]). On a block's output (the "blocks/<i>" capture) this is the
     logit lens; on the last block's output it gives `apply`'s logits."""
     model = MODULE.bind(cfg, params)
-    return model.lm_head(model.final_norm(x_BTD)).astype(jnp.float32)
+    return model.project(model.final_norm(x_BTD))

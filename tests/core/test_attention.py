@@ -91,6 +91,25 @@ def test_dot_product_impl_matches_xla_within_float32_rounding():
     assert attention.resolve_impl("auto") == "xla"  # CPU: the exact formulation
 
 
+@pytest.mark.parametrize("impl", ["xla", "dot_product"])
+def test_grouped_query_attention_equals_kv_heads_repeated_per_group(impl):
+    B, T, S, H, G, K = 2, 5, 7, 6, 2, 8
+    q = jax.random.normal(jax.random.key(0), (B, T, H, K))
+    k, v = (jax.random.normal(jax.random.key(i), (B, S, G, K)) for i in (1, 2))
+    mask_BTS = jax.random.uniform(jax.random.key(3), (B, T, S)) < 0.7
+    mask_BTS = mask_BTS.at[1, 0].set(False)  # a query with no visible key: output exactly 0
+    grouped = attention.attend(q, k, v, mask_BTS, impl=impl)
+    # Query head h reads kv head h // (H // G): heads 0-2 kv head 0, heads 3-5 kv head 1.
+    repeated = attention.attend(
+        q, jnp.repeat(k, H // G, axis=2), jnp.repeat(v, H // G, axis=2), mask_BTS, impl=impl
+    )
+    np.testing.assert_array_equal(grouped[1, 0], 0.0)
+    # The same products and softmax per query head; only XLA's summation order may differ.
+    np.testing.assert_allclose(grouped, repeated, atol=1e-6)
+    with pytest.raises(ValueError, match="kv head count dividing"):
+        attention.attend(q, k[:, :, :1].repeat(4, axis=2), v, mask_BTS, impl=impl)
+
+
 def _rope_fn(q_BTHK, k_BTHK, *, positions_BT, x_BTD, key_mask_BT, state):
     """RoPE written as a method's position function (x and the key mask unused)."""
     assert x_BTD.shape[:2] == positions_BT.shape and state is None

@@ -193,6 +193,13 @@ def test_bfloat16_compute_close_to_float32_and_params_stay_float32():
         ({"dtype": "int32"}, "dtype"),
         ({"param_dtype": "float99"}, "param_dtype"),
         ({"rope_base": 0.0}, "rope_base"),
+        ({"num_kv_heads": 3}, "num_kv_heads"),  # does not divide 4 heads
+        ({"num_kv_heads": 0}, "num_kv_heads"),
+        ({"num_kv_heads": 2.0}, "num_kv_heads"),
+        ({"tie_embeddings": "yes"}, "tie_embeddings"),
+        ({"rope_layout": "gptj"}, "rope_layout"),
+        ({"norm_eps": 0.0}, "norm_eps"),
+        ({"norm_eps": -1e-5}, "norm_eps"),
     ],
 )
 def test_config_validation_errors_are_one_line_and_name_the_field(overrides, field):
