@@ -14,6 +14,7 @@ Bad metadata raises `TokenizerError`, one line naming the source and the field.
 """
 
 import json
+import numbers
 from datetime import datetime
 from pathlib import Path
 
@@ -143,7 +144,8 @@ class Tokenizer:
         ids = {}
         for role in ("bos", "eos", "padding"):
             name = f"tokenizer.ggml.{role}_token_id"
-            ids[role] = _field(fields, name, source, int, required=False)
+            value = _field(fields, name, source, numbers.Integral, required=False)
+            ids[role] = None if value is None else int(value)  # numpy ints from other readers
             if ids[role] is not None and not 0 <= ids[role] < len(tokens):
                 raise TokenizerError(f"{source}: {name} {ids[role]} is outside the vocabulary")
 

