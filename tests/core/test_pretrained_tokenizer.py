@@ -216,6 +216,27 @@ def test_hf_folder_agrees_with_the_gguf_fields(tmp_path, tok):
     assert hf.encode_chat(messages) == tok.encode_chat(messages)
 
 
+def test_hf_template_forms_and_tojson(tmp_path):
+    write_hf_folder(tmp_path)
+    config_path = tmp_path / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    listed = [{"name": "tool_use", "template": "x"}, {"name": "default", "template": "d"}]
+    config_path.write_text(json.dumps({**config, "chat_template": listed}))
+    assert Tokenizer.from_hf_folder(tmp_path).chat([]) == "d"
+    config_path.write_text(json.dumps({k: v for k, v in config.items() if k != "chat_template"}))
+    (tmp_path / "chat_template.jinja").write_text("{{ messages[0] | tojson }}")
+    café = [{"role": "user", "content": "café"}]
+    assert Tokenizer.from_hf_folder(tmp_path).chat(café) == json.dumps(café[0], ensure_ascii=False)
+
+
+def test_user_defined_tokens_are_one_id_but_not_special():
+    tokens, types = [*TOKENS, "<tool>"], [3, 3, 3] + [1] * (len(TOKENS) - 3) + [4]
+    fields = {"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types}
+    tok = Tokenizer.from_gguf(tiny_fields(**fields))
+    assert tok.encode("a<tool>") == [*ids("a"), len(TOKENS)] and "<tool>" not in tok.special
+    assert tok.decode([len(TOKENS), 2], skip_special=True) == "<tool>"
+
+
 def one_line_error(build, *names: str) -> str:
     with pytest.raises(TokenizerError) as err:
         build()
