@@ -76,8 +76,11 @@ class KVCache(NamedTuple):
 # the embedding its vocab dim. Suffix patterns ending in "$" (preceded by "/" or the start) so
 # the same rule matches "blocks/0/attn/q/kernel" and "opt_state/0/mu/blocks/0/attn/q/kernel".
 # RMSNorm scales (1-D) are deliberately unmatched: replicated, or FSDP'd by the core. A rule
-# whose mesh axis does not divide the dim is dropped (core.sharding), e.g. GQA's k/v kernels
-# [D, kv_heads * K] stay replicated over a "model" axis that does not divide kv_heads * K.
+# whose mesh axis does not divide the dim is dropped (core.sharding): GQA's k/v kernels
+# [D, kv_heads * K] stay replicated over a "model" axis that does not divide kv_heads * K; one
+# that divides kv_heads * K but not kv_heads splits a head over devices (SmolLM2's [576, 192]
+# over 2, 4 or 8 devices; its q [576, 576], 9 heads, alike): correct, XLA moves the data, but
+# not the Megatron one-head-per-device layout, which needs "model" to divide kv_heads.
 # Tied embeddings have no lm_head: the embedding's vocab split serves the output projection.
 SHARDING_RULES = (
     (r"(^|/)embed/embedding$", P("model", None)),

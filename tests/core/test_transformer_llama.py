@@ -260,9 +260,15 @@ def test_flops_per_token_counts_gqa_kv_projections():
     assert n_matmul == kernels
 
 
-def test_gqa_tied_tensor_parallel_apply_matches_single_device():
+# LLAMA's k [32, 2 kv heads x 8] puts one kv head per "model" device; SPLIT's k [48, 3 x 8]
+# splits its middle kv head over the two (as SmolLM2's [576, 3 x 64] over 2, 4 or 8 devices).
+SPLIT = dataclasses.replace(LLAMA, d_model=48, num_heads=6, num_kv_heads=3)
+
+
+@pytest.mark.parametrize("cfg", [LLAMA, SPLIT], ids=["head_per_device", "head_split"])
+def test_gqa_tied_tensor_parallel_apply_matches_single_device(cfg):
     mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    params = params_for(LLAMA)
+    params = params_for(cfg)
     for path, leaf in flat_paths(params).items():
         assert (first_rule(path) is None) == (leaf.ndim < 2), path  # every kernel has a rule
 
@@ -271,9 +277,8 @@ def test_gqa_tied_tensor_parallel_apply_matches_single_device():
         return jax.device_put(x, NamedSharding(mesh, spec))
 
     sharded = jax.tree_util.tree_map_with_path(place, params)
-    # k [32, 2 kv heads x 8]: one kv head per "model" device.
     assert sharded["blocks"][0]["attn"]["k"]["kernel"].sharding.spec == P(None, "model")
     tokens_BT = tokens(6, (4, 12))
-    expected, _ = apply_jit(LLAMA, params, tokens_BT)
-    got, _ = apply_jit(LLAMA, sharded, jax.device_put(tokens_BT, NamedSharding(mesh, P("data"))))
+    expected, _ = apply_jit(cfg, params, tokens_BT)
+    got, _ = apply_jit(cfg, sharded, jax.device_put(tokens_BT, NamedSharding(mesh, P("data"))))
     np.testing.assert_allclose(got, expected, atol=1e-5)  # float32 reduction order only
