@@ -2,6 +2,9 @@
 
     python -m launch.bench --methods=lm     # configs/lm.py:size=small, one device
 
+(Then, 5., text generation with SmolLM2-135M-Instruct against llama.cpp and transformers:
+`methods/lm/bench_generate.py`.)
+
 One process measures, on the same devices:
 
 1. the peak: a jitted N x N matmul (2 N^3 FLOPs) in float32, and also in the step's compute
@@ -47,6 +50,7 @@ from core.benchmark import Ratio, Result, matmul_peak, median_seconds
 from core.nn import layers, transformer
 from core.precision import compute_dtype
 from methods import lm
+from methods.lm import bench_generate
 
 WARMUP_STEPS = 2  # after compile: the first executions can still pay one-off allocation costs
 
@@ -191,9 +195,11 @@ def _dense_gradient_forms(B: int, T: int, D: int, F: int, repeats: int) -> dict:
     return out
 
 
-def measure(*, smoke: bool = False, config=None, devices: int = 1) -> Result:
+def measure(*, smoke: bool = False, config=None, devices: int = 1, generation=True) -> Result:
     """The train step's FLOP/s against the matmul peak of the first `devices` devices.
-    `config`: an LM config (default `configs/lm.py:size=small`; smoke: a 2-layer copy task)."""
+    `config`: an LM config (default `configs/lm.py:size=small`; smoke: a 2-layer copy task).
+    generation: also the pretrained LM's generation speed against llama.cpp and transformers
+    (`methods/lm/bench_generate.py`; smoke: a tiny random model, no comparators)."""
     if config is None:
         config = lm_config.get_config("size=smoke,task=copy" if smoke else "size=small")
         if smoke:
@@ -286,4 +292,8 @@ def measure(*, smoke: bool = False, config=None, devices: int = 1) -> Result:
         "peak_flops_per_s": peak["peak_flops_per_s"],
         "mfu": step["achieved_flops_per_s"] / peak["peak_flops_per_s"],
     }
-    return Result(ratios, details)
+    notes = []
+    if generation:
+        gen_ratios, details["generation"], notes = bench_generate.measure_generation(smoke=smoke)
+        ratios += gen_ratios
+    return Result(ratios, details, notes)

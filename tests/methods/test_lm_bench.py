@@ -29,6 +29,33 @@ def check_bench(entry: dict) -> None:
     assert figures["seconds per call"]["a"] == over["seconds"]["train_step"]
     assert figures["seconds per call"]["b"] == over["seconds"]["gradient"]
     assert figures["XLA's FLOP count"]["ratio"] == pytest.approx(over["xla_flops_ratio"])
+    check_generation(entry)
+
+
+def check_generation(entry: dict) -> None:
+    """The generation figures at smoke size: every run's token counts are the sizes asked for,
+    each rate is its tokens over its seconds, and each figure shows the numbers of the runs it
+    names (a figure reading another batch's or dtype's run would not match)."""
+    gen = entry["details"]["generation"]
+    (b1, bn), P, N = gen["batches"], gen["prompt_len"], gen["new_tokens"]
+    assert set(gen["runs"]) == {f"ours/{d}/b{b}" for d in ("float32", "bfloat16") for b in (b1, bn)}
+    for name, run in gen["runs"].items():
+        batch = int(name.rsplit("/b", 1)[1])
+        assert (run["prefill_tokens"], run["decode_tokens"]) == (batch * P, batch * (N - 1))
+        for stage in ("prefill", "decode"):
+            seconds = run[f"{stage}_s"]
+            assert positive(seconds)
+            assert run[f"{stage}_tokens_per_s"] == pytest.approx(run[f"{stage}_tokens"] / seconds)
+    speed = [r for r in entry["ratios"] if r["figure"].startswith("generate, batch")]
+    assert len(speed) == 4  # bfloat16 over float32, prefill and decode, at both batches
+    for r in speed:
+        batch, stage = int(r["figure"].split()[2]), r["figure"].rsplit(": ", 1)[1]
+        assert r["a"] == gen["runs"][f"ours/bfloat16/b{batch}"][f"{stage}_tokens_per_s"]
+        assert r["b"] == gen["runs"][f"ours/float32/b{batch}"][f"{stage}_tokens_per_s"]
+    loop = gen["loop_vs_while_loop_float32_b1"]
+    (timed,) = [r for r in entry["ratios"] if "lax.while_loop" in r["b_label"]]
+    assert (timed["a"], timed["b"]) == (loop["python_loop"], loop["while_loop"])
+    assert any("not run" in note for note in entry["notes"])  # smoke: no comparators
 
 
 def check_lm(d: dict, *, num_devices: int = 1) -> None:
@@ -84,5 +111,5 @@ def check_step_over_gradient(over: dict, *, rounds: int, tokens_per_device: floa
 def test_lm_bench_on_every_device():
     from methods.lm import bench as lm_bench
 
-    result = lm_bench.measure(smoke=True, devices=jax.device_count())
+    result = lm_bench.measure(smoke=True, devices=jax.device_count(), generation=False)
     check_lm(result.details, num_devices=jax.device_count())
