@@ -62,9 +62,7 @@ def config(source: str | os.PathLike, *, max_len=None, dtype="float32") -> Trans
     dequantized or read)."""
     path = resolve(source)
     if _is_gguf(path):
-        return gguf_file.config_from_reader(
-            gguf_file.open_reader(path), path, max_len=max_len, dtype=dtype
-        )
+        return gguf_file.GGUFFile(path).config(max_len=max_len, dtype=dtype)
     return hf_llama.config_from_folder(path, max_len=max_len, dtype=dtype)
 
 
@@ -82,11 +80,11 @@ def load(
     with the transformer's sharding rules (data- and model-parallel, FSDP over "fsdp")."""
     path = resolve(source)
     if _is_gguf(path):
-        reader = gguf_file.open_reader(path)
-        cfg = gguf_file.config_from_reader(reader, path, max_len=max_len, dtype=dtype)
-        tensors = gguf_file.dequantized(reader, path)
+        file = gguf_file.GGUFFile(path)
+        cfg = file.config(max_len=max_len, dtype=dtype)  # checked before any dequantizing
+        tensors = file.tensors()
         params = llama_params.params_from_tensors(tensors.__getitem__, cfg, "gguf", path, dtype)
-        tok = _gguf_tokenizer(reader, path) if tokenizer else None
+        tok = _gguf_tokenizer(file.meta.fields, path) if tokenizer else None
     else:
         cfg = hf_llama.config_from_folder(path, max_len=max_len, dtype=dtype)
         get = hf_llama.tensor_getter(path)
@@ -98,13 +96,13 @@ def load(
     return Pretrained(str(source), path, cfg, params, tok)
 
 
-def _gguf_tokenizer(reader, path: Path):
+def _gguf_tokenizer(fields: dict, path: Path):
     """The file's tokenizer, or None when it carries no vocabulary (e.g. a test's tiny file)."""
-    if "tokenizer.ggml.tokens" not in reader.fields:
+    if "tokenizer.ggml.tokens" not in fields:
         return None
     from core.pretrained.tokenizer import Tokenizer
 
-    return Tokenizer.from_gguf(gguf_file.fields(reader), source=str(path))
+    return Tokenizer.from_gguf(fields, source=str(path))
 
 
 def _hf_tokenizer(folder: Path):

@@ -240,7 +240,7 @@ def test_the_gguf_reference_with_interleaved_rope_equals_the_hf_one(tiny):
     (so the loader's un-permutation is checked against llama.cpp's convention, not our own)."""
     w, _, gguf_path, _ = tiny
     reader = gguf.GGUFReader(gguf_path)
-    raw = {t.name: gguf_file._dequantize(t, gguf_path) for t in reader.tensors}
+    raw = {t.name: gguf_file.dequantize(t, gguf_path) for t in reader.tensors}
     got = reference_logits(
         raw, TOKENS[0], layers=L, heads=H, kv_heads=G, base=ROPE_BASE, eps=EPS,
         layout="interleaved", names=gguf_name,
@@ -289,6 +289,27 @@ def test_bfloat16_load_casts_params_and_config(tmp_path):
     )
 
 
+def test_a_sharded_bfloat16_hf_folder_gives_the_weights_it_holds(tmp_path):
+    """model.safetensors.index.json over two shards, stored in bfloat16 (as HF ships Llamas):
+    the float32 params of the same bfloat16 numbers."""
+    w16 = {name: x.astype(jnp.bfloat16) for name, x in hf_weights().items()}
+    folder = tmp_path / "sharded"
+    write_hf(folder, {})
+    (folder / "model.safetensors").unlink()
+    names = sorted(w16)
+    shards = {"model-00001-of-00002.safetensors": names[::2]}
+    shards["model-00002-of-00002.safetensors"] = names[1::2]
+    for file, shard_names in shards.items():
+        save_file({n: w16[n] for n in shard_names}, folder / file)
+    weight_map = {n: file for file, shard_names in shards.items() for n in shard_names}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    got = pretrained.load(folder)
+    want = pretrained.load(
+        write_hf(tmp_path / "single", {n: x.astype(np.float32) for n, x in w16.items()})
+    )
+    jax.tree.map(np.testing.assert_array_equal, got.params, want.params)
+
+
 def test_the_second_load_reads_the_cache_and_a_changed_file_is_not_served_from_it(
     tmp_path, monkeypatch
 ):
@@ -301,10 +322,17 @@ def test_the_second_load_reads_the_cache_and_a_changed_file_is_not_served_from_i
     def dequantize_again(*args):
         raise RuntimeError("dequantized again")
 
+    def parse_again(*args):
+        raise RuntimeError("parsed again")
+
     with monkeypatch.context() as patch:
         patch.setattr(gguf_file.quants, "dequantize", dequantize_again)
+        patch.setattr(gguf_file, "GGUFReader", parse_again)  # metadata: the cache's header
         second = pretrained.load(path)
+        assert pretrained.config(path) == first.cfg
         jax.tree.map(np.testing.assert_array_equal, first.params, second.params)
+        patch.undo()
+        patch.setattr(gguf_file.quants, "dequantize", dequantize_again)
         write_gguf(path, other)  # same path and size, other numbers: another hash
         with pytest.raises(RuntimeError, match="dequantized again"):
             pretrained.load(path)

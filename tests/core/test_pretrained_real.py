@@ -39,7 +39,7 @@ def test_smollm2_config(smollm2):
 def test_smollm2_logits_equal_a_float64_numpy_forward_of_the_files_tensors(smollm2):
     path = pretrained.resolve(NAME)
     reader = gguf_file.open_reader(path)
-    raw = {t.name: gguf_file._dequantize(t, path) for t in reader.tensors}  # not the cache
+    raw = {t.name: gguf_file.dequantize(t, path) for t in reader.tensors}  # not the cache
     cfg = smollm2.cfg
     params = jax.tree.map(jnp.asarray, smollm2.params)
     for prompt in PROMPTS:
