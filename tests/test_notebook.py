@@ -102,11 +102,24 @@ def test_committed_without_outputs(name):
     assert code and all(not c.outputs and c.execution_count is None for c in code)
 
 
-def test_quickstart_runs_the_loss_goes_down_and_training_can_be_rerun(kernel_name):
+def test_quickstart_runs_the_loss_goes_down_and_training_can_be_rerun(
+    kernel_name, tmp_path, monkeypatch
+):
+    # The pretrained-LM cell reads this tiny checkpoint instead of fetching and running
+    # SmolLM2 (98 MB); tests/test_generate.py's slow test runs the real one.
+    from tests.test_generate import write_tiny_llama
+
+    write_tiny_llama(tmp_path / "tiny-llama")
+    monkeypatch.setenv("ICLR26_QUICKSTART_MODEL", str(tmp_path / "tiny-llama"))
+    monkeypatch.setenv("ICLR26_PRETRAINED_DIR", str(tmp_path / "pretrained"))
     nb, first, second = _run_then_rerun_training(
         os.path.join(NOTEBOOK_DIR, "quickstart.ipynb"), kernel_name
     )
     outputs = [_text(c) for c in nb.cells if c.cell_type == "code"]
+    (generated,) = [out for out in outputs if "decode: " in out]
+    prefill = re.search(r"prefill: (\d+) tokens, [\d.]+ tokens/s", generated)
+    assert prefill and int(prefill[1]) > 10, generated  # the chat template's prompt went in
+    assert re.search(r"decode: \d+ tokens, [\d.]+ tokens/s", generated), generated
     match = re.search(r"loss first -> last: ([\d.]+) -> ([\d.]+)", outputs[-1])
     assert match, outputs[-1]
     first_loss, last_loss = map(float, match.groups())
