@@ -27,6 +27,7 @@ from core.nn.transformer_config import TransformerConfig
 from core.pretrained import llama_params
 from core.pretrained.errors import PretrainedError, one_line
 from core.pretrained.registry import cache_dir
+from core.pretrained.tokenizer import fields_from_reader
 
 # Types `gguf.quants.dequantize` implements in NumPy that llama.cpp checkpoints commonly use
 # (floats, the legacy block quants, the k-quants); anything else is refused by name.
@@ -113,7 +114,7 @@ def metadata_of(reader: GGUFReader) -> Metadata:
     """Fields as plain Python values, and each tensor's [out, in] shape as dequantized (GGUF
     lists dimensions innermost first) and type name."""
     return Metadata(
-        fields={name: field.contents() for name, field in reader.fields.items()},
+        fields=fields_from_reader(reader),
         shapes={t.name: tuple(int(n) for n in reversed(t.shape)) for t in reader.tensors},
         types={t.name: t.tensor_type.name for t in reader.tensors},
     )

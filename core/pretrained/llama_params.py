@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import jax
 import numpy as np
 
-from core.nn import transformer
+from core.nn import positions, transformer
 from core.pretrained.errors import PretrainedError
 from core.sharding import path_str, tree_shardings
 
@@ -106,15 +106,6 @@ def describe(cfg) -> str:
     )
 
 
-def unpermute_rope(w_OI: np.ndarray, num_heads: int) -> np.ndarray:
-    """llama.cpp's q/k row order (per head: pairs (2j, 2j+1) rotate together) back to the
-    half-split order (j with j + K/2): the inverse of its converter's
-    `w.reshape(heads, 2, K // 2, in).swapaxes(1, 2)`."""
-    out, d_in = w_OI.shape
-    half = out // num_heads // 2
-    return w_OI.reshape(num_heads, half, 2, d_in).swapaxes(1, 2).reshape(out, d_in)
-
-
 def params_from_tensors(get, cfg, route: str, source, dtype="float32") -> dict:
     """The parameter tree (numpy leaves of `dtype`) from `get(name)` -> the stored float array
     (HF or GGUF names, `route`), checked against `cfg`'s shapes."""
@@ -127,9 +118,10 @@ def params_from_tensors(get, cfg, route: str, source, dtype="float32") -> dict:
                 f"{source}: tensor {name!r} has shape {x.shape}, expected {row.shape} "
                 f"({describe(cfg)})"
             )
-        if route == "gguf" and row.rope_heads:
-            x = unpermute_rope(x, row.rope_heads)
-        flat[row.path] = np.ascontiguousarray(x.T if row.transpose else x, dtype=np.dtype(dtype))
+        x = x.T if row.transpose else x
+        if route == "gguf" and row.rope_heads:  # llama.cpp stores q/k for interleaved pairs
+            x = positions.interleaved_to_half_columns(x, row.rope_heads)
+        flat[row.path] = np.ascontiguousarray(x, dtype=np.dtype(dtype))
     return nest(flat)
 
 
