@@ -80,7 +80,9 @@ def base_config(mesh: str = "auto") -> ConfigDict:
     c.train.checkpoint_every = 500  # 0: never
     c.train.keep_checkpoints = 2
     # Another run's workdir (or its checkpoints/ folder): start from the params of its newest
-    # good checkpoint, placed in this run's layout; optimiser state and step start fresh.
+    # good checkpoint, placed in this run's layout; optimiser state and step start fresh. Or
+    # "pretrained:<name or path>" (core.pretrained: a registered name, a .gguf file or a Hugging
+    # Face Llama folder), for a method whose params are a transformer tree of that shape.
     c.train.init_from = ""
     # Instruments (they observe a run, nothing it computes depends on them):
     # "first:last": a jax.profiler trace of those steps in <workdir>/profile (core/profile.py).

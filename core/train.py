@@ -1,7 +1,8 @@
 """THE training loop: `run(config, method, workdir)`, and `init(config, method)` for notebooks.
 
 Both share one setup (`init`): the mesh, shardings from rules, the sharded initial state (with
-host arrays placed, or parameters restored from another run with `train.init_from`), the jitted
+host arrays placed, or parameters restored with `train.init_from`: another run's workdir, or
+`pretrained:<name or path>`, a checkpoint `core.pretrained` loads), the jitted
 step with donation, the jitted evaluation step, and the data iterator turned into global
 arrays. A method that trains nothing (no loss, no step) gets an evaluate-only run. A notebook
 can step by hand:
