@@ -41,14 +41,51 @@ LENS_TOP_K = 3  # top-k sets compared by the logit lens (of a vocabulary of p + 
 
 
 def decode(cfg, params, task, terms_BN, *, decoder, rng, samples=1, probe=False, chunk=1024):
-    """`samples` decodes of every prompt (rows s * B + b), in chunks of `chunk` rows so that
-    every chunk is one compiled program. Returns numpy arrays: completion_SBN (pad after the
-    end), think_end_SB, and with probe=True js_top1_SBN, js_top2_SBN, probe_mask_SBN."""
-    prompts = np.tile(task.prompt_tokens(terms_BN), (samples, 1))
+    """`decode_prompts` on the task's prompts, with its delimiter, eos and length."""
+    return decode_prompts(
+        cfg,
+        params,
+        task.prompt_tokens(terms_BN),
+        decoder=decoder,
+        rng=rng,
+        think_end_id=task_lib.THINK_END,
+        eos_id=task_lib.EOS,
+        max_new_tokens=task.completion_len + SLACK,
+        samples=samples,
+        probe=probe,
+        chunk=chunk,
+        pad_id=task_lib.PAD,
+    )
+
+
+def decode_prompts(
+    cfg,
+    params,
+    prompts_BP,
+    *,
+    decoder,
+    rng,
+    think_end_id,
+    eos_id,
+    max_new_tokens,
+    prompt_mask_BP=None,
+    samples=1,
+    probe=False,
+    chunk=1024,
+    pad_id=0,
+):
+    """`samples` decodes of every (left-padded) prompt (rows s * B + b), in chunks of `chunk`
+    rows so that every chunk is one compiled program. Returns numpy arrays: completion_SBN
+    (pad_id after the end), think_end_SB, and with probe=True js_top1_SBN, js_top2_SBN,
+    probe_mask_SBN."""
+    prompts = np.tile(np.asarray(prompts_BP), (samples, 1))
+    masks = None if prompt_mask_BP is None else np.tile(np.asarray(prompt_mask_BP), (samples, 1))
     rows = len(prompts)
     chunk = min(chunk, rows)
     pad = -rows % chunk
     prompts = np.concatenate([prompts, np.repeat(prompts[:1], pad, axis=0)])
+    if masks is not None:
+        masks = np.concatenate([masks, np.repeat(masks[:1], pad, axis=0)])
     policy = transformer.policy(cfg)
     parts = []
     for index, start in enumerate(range(0, len(prompts), chunk)):
@@ -58,20 +95,25 @@ def decode(cfg, params, task, terms_BN, *, decoder, rng, samples=1, probe=False,
             jnp.asarray(prompts[start : start + chunk]),
             rng=jax.random.fold_in(rng, index),
             decoder=decoder,
-            think_end_id=task_lib.THINK_END,
-            eos_id=task_lib.EOS,
-            max_new_tokens=task.completion_len + SLACK,
+            think_end_id=think_end_id,
+            eos_id=eos_id,
+            max_new_tokens=max_new_tokens,
+            prompt_mask_BP=None if masks is None else jnp.asarray(masks[start : start + chunk]),
             probe=probe,
         )
         parts.append(jax.device_get(out))
-    B = len(terms_BN)
+    B = len(prompts_BP)
 
     def stack(field):
         joined = np.concatenate([np.asarray(getattr(p, field)) for p in parts])[:rows]
         return joined.reshape(samples, B, *joined.shape[1:])
 
-    tokens = np.where(stack("mask_BN"), stack("tokens_BN"), task_lib.PAD)
-    result = {"completion_SBN": tokens, "think_end_SB": stack("think_end_B")}
+    tokens = np.where(stack("mask_BN"), stack("tokens_BN"), pad_id)
+    result = {
+        "completion_SBN": tokens,
+        "think_end_SB": stack("think_end_B"),
+        "length_SB": stack("lengths_B"),
+    }
     if probe:
         result |= {
             "js_top1_SBN": stack("js_top1_BN"),
@@ -154,21 +196,38 @@ def branch_points(cfg, params, task, sequences_BT, temperature: float, limit: in
     """Scratchpad positions of the greedy sequences where the tempered next-token distribution
     gives the second token at least BRANCH_PROB: (row, input position of the next token, top-1
     id, top-2 id), at most `limit` of them (the first in row-major order)."""
-    logits_BTV, _ = transformer.apply(cfg, params, jnp.asarray(sequences_BT))
-    probs_BTV = np.asarray(jax.nn.softmax(logits_BTV / temperature, axis=-1))
-    order_BTV = np.argsort(-probs_BTV, axis=-1, kind="stable")
-    top2_prob_BT = np.take_along_axis(probs_BTV, order_BTV[..., 1:2], axis=-1)[..., 0]
     # Positions whose prediction is a scratchpad token: from "=" to the last running sum.
     first = task.prompt_len - 1
-    scratch = np.zeros(sequences_BT.shape, bool)
-    scratch[:, first : first + 2 * task.num_terms] = True
-    rows, positions = np.nonzero(scratch & (top2_prob_BT >= BRANCH_PROB))
+    scratch_BT = np.zeros(sequences_BT.shape, bool)
+    scratch_BT[:, first : first + 2 * task.num_terms] = True
+    return branch_points_at(cfg, params, sequences_BT, scratch_BT, temperature, limit)
+
+
+def branch_points_at(
+    cfg, params, sequences_BT, predicts_BT, temperature: float, limit: int, rows_chunk=None
+):
+    """`branch_points` at the positions where predicts_BT is True (a position predicts the next
+    one's token); the model is applied to `rows_chunk` rows at a time (None: all at once).
+    Sequences are right-padded, so a row's padding never reaches its real tokens (causal)."""
+    sequences_BT = np.asarray(sequences_BT)
+    step = rows_chunk or len(sequences_BT)
+    top2_prob, order = [], []
+    for start in range(0, len(sequences_BT), step):
+        logits_BTV, _ = transformer.apply(
+            cfg, params, jnp.asarray(sequences_BT[start : start + step])
+        )
+        # top_k ranks ties lower id first, as a stable argsort of -p would.
+        probs_BT2, order_BT2 = jax.lax.top_k(jax.nn.softmax(logits_BTV / temperature, axis=-1), 2)
+        top2_prob.append(np.asarray(probs_BT2[..., 1]))
+        order.append(np.asarray(order_BT2))
+    top2_prob_BT, order_BT2 = np.concatenate(top2_prob), np.concatenate(order)
+    rows, positions = np.nonzero(np.asarray(predicts_BT) & (top2_prob_BT >= BRANCH_PROB))
     rows, positions = rows[:limit], positions[:limit]
     return (
         rows,
         positions + 1,  # where the chosen token is fed back
-        order_BTV[rows, positions, 0],
-        order_BTV[rows, positions, 1],
+        order_BT2[rows, positions, 0],
+        order_BT2[rows, positions, 1],
     )
 
 
@@ -199,20 +258,29 @@ def logit_lens(cfg, params, task, sequences_BT, *, temperature: float, limit: in
     """Per layer, the mean top-k overlap of the logit lens at branch points between the 0.6/0.4
     mixture of the top-2 embeddings and the top-1 token alone, and between the mixture and the
     top-2 token alone; and how many branch points there were."""
-    rows, at, first, second = branch_points(cfg, params, task, sequences_BT, temperature, limit)
+    points = branch_points(cfg, params, task, sequences_BT, temperature, limit)
+    return lens_at(cfg, params, sequences_BT, points, limit=limit, chunk=limit)
+
+
+def lens_at(cfg, params, sequences_BT, points, *, limit: int, chunk: int):
+    """`logit_lens` at given branch points (row, position, top-1, top-2), `chunk` rows per
+    compiled program (the last chunk padded with repeats of the first point)."""
+    rows, at, first, second = points
     if len(rows) == 0:
         nan = [float("nan")] * cfg.num_layers
         return {"mix_vs_top1": nan, "mix_vs_top2": nan, "branch_points": 0}
-    # Padded to `limit` rows (repeats of the first) so every seed runs one compiled program.
     keep = len(rows)
-    index = np.concatenate([np.arange(keep), np.zeros(limit - keep, int)])
-    seq = jnp.asarray(sequences_BT[rows[index]])
-    args = (cfg, params, seq, *(jnp.asarray(a[index]) for a in (at, first, second)))
-    mix, top1, top2 = (
-        np.asarray(_lens_logits(*args, jnp.float32(w)))[:keep] for w in (MIX[0], 1.0, 0.0)
-    )
+    index = np.concatenate([np.arange(keep), np.zeros(-keep % chunk, int)])
+    outputs = {w: [] for w in (MIX[0], 1.0, 0.0)}
+    for start in range(0, len(index), chunk):
+        part = index[start : start + chunk]
+        seq = jnp.asarray(np.asarray(sequences_BT)[rows[part]])
+        args = (cfg, params, seq, *(jnp.asarray(a[part]) for a in (at, first, second)))
+        for w in outputs:
+            outputs[w].append(np.asarray(_lens_logits(*args, jnp.float32(w))))
+    mix, top1, top2 = (np.concatenate(outputs[w])[:keep] for w in (MIX[0], 1.0, 0.0))
     return {
         "mix_vs_top1": top_k_overlap(mix, top1, LENS_TOP_K).mean(0).tolist(),
         "mix_vs_top2": top_k_overlap(mix, top2, LENS_TOP_K).mean(0).tolist(),
-        "branch_points": len(rows),
+        "branch_points": keep,
     }

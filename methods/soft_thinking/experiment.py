@@ -40,7 +40,14 @@ import numpy as np
 from configs import soft_thinking as soft_config
 from core import cache, results, selection, train
 from core.claims import IntervalClaim, Report
-from methods.soft_thinking import evaluation, make, make_task, model_config, report
+from methods.soft_thinking import (
+    evaluation,
+    experiment_pretrained,
+    make,
+    make_task,
+    model_config,
+    report,
+)
 from methods.soft_thinking.evaluation import PASS_K, STOCHASTIC
 
 SEEDS = (0, 1, 2)
@@ -248,8 +255,28 @@ def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:
     )
 
 
+# Two settings, each its own record in a full run: the toy task model ("full", this module) and
+# the pretrained LM ("full_pretrained", experiment_pretrained), re-derived by --from_results once
+# its file exists. A quick run is one record: the toy's, with the pretrained smoke record inside
+# (record["pretrained"]).
+RESULT_RUNS = ("full",) + (
+    ("full_pretrained",) if os.path.exists(results.path("soft_thinking", "full_pretrained")) else ()
+)
+
+
 def claims_from_results(record: dict) -> list[IntervalClaim]:
-    """The claims from a results record alone (quick: the probe, soft ~ greedy, learned)."""
+    """The claims of one record: the toy's (and in a quick record the pretrained smoke checks
+    too), or the pretrained setting's (run "full_pretrained")."""
+    if record["run"].endswith("_pretrained"):
+        return experiment_pretrained.claims_from_results(record)
+    claims = toy_claims(record)
+    if "pretrained" in record:
+        claims += experiment_pretrained.claims_from_results(record["pretrained"])
+    return claims
+
+
+def toy_claims(record: dict) -> list[IntervalClaim]:
+    """The toy setting's claims (quick: the probe, soft ~ greedy, learned)."""
     rows = record["rows"]
     quick = record["config"].get("quick")
 
@@ -326,10 +353,16 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
+    """The toy setting, then the pretrained one (quick: its smoke record inside the toy's)."""
     record = measure(workdir, quick=quick)
-    claims = claims_from_results(record)
     figure = os.path.join(workdir, "soft_thinking_pass_at_k.png")
     report.plot_pass_at_k(record, figure)
+    pretrained = experiment_pretrained.measure(workdir, quick=quick)
+    if quick:
+        record["pretrained"] = pretrained
+    claims = claims_from_results(record)
+    if not quick:
+        claims += claims_from_results(pretrained)
     return Report(
         method="soft_thinking",
         figures=[figure],
@@ -337,5 +370,5 @@ def run(workdir: str, *, quick: bool = False) -> Report:
         metrics={**{c.metric: c.interval.to_dict() for c in claims}, **report.reported(record)},
         command="python -m launch.reproduce --methods=soft_thinking"
         + (" --quick" if quick else ""),
-        results=record,
+        results=record if quick else [record, pretrained],
     )
