@@ -29,7 +29,13 @@ _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "0 = greedy; else sample a
 _TOP_P = flags.DEFINE_float("top_p", 1.0, "Nucleus sampling mass (1 = off).")
 _TOP_K = flags.DEFINE_integer("top_k", 0, "Keep the k most likely tokens (0 = off).")
 _SEED = flags.DEFINE_integer("seed", 0, "Sampling seed.")
-_DTYPE = flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Params and compute.")
+_DTYPE = flags.DEFINE_enum(
+    "dtype",
+    "float32",
+    ["float32", "bfloat16"],
+    "Params and compute. On CPU bfloat16 decodes ~15x slower (XLA:CPU widens the bfloat16 "
+    "weights to float32 on every call; methods/lm/bench.py measures it).",
+)
 
 
 def check_prompt(prompt: str | None) -> None:
