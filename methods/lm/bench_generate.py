@@ -16,19 +16,22 @@ The comparators run the same token ids, the same batch and the same number of st
     which dequantizes the same file) in float32 and bfloat16: a forward over the prompts with
     use_cache, then one token per row per step with the past key values, under inference_mode.
 Every library gets this machine's cores (torch.set_num_threads, n_threads). A comparator that is
-not installed is skipped and named in the notes (`pip install -e .[bench]`).
+not installed is skipped and named in the notes (`pip install -e .[bench]`). Each comparator
+library runs in its own fresh process (the same interpreter), after ours: one after the other
+in one process, a library's idle thread pool slowed the next one's decode by up to 10x.
 
 Also measured (in smoke mode too, on a tiny random model): bfloat16 over float32, batch 16 over
 batch 1, and the Python loop of jitted steps against `core.nn.sampler.sample_jit` (one
 `lax.while_loop`) for the same prompt and number of tokens.
 """
 
-import copy
 import dataclasses
 import functools
-import inspect
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 import jax
@@ -37,14 +40,12 @@ import numpy as np
 from core.benchmark import Ratio
 from core.nn import sampler, transformer
 from core.pretrained import generate
+from methods.lm.bench_comparators import medians, rates
 
 MODEL = "smollm2-135m-instruct"
 FULL = {"batches": (1, 16), "prompt_len": 64, "new_tokens": 33, "repeats": 3}
 SMOKE = {"batches": (1, 2), "prompt_len": 8, "new_tokens": 5, "repeats": 1}
 DTYPES = ("float32", "bfloat16")
-# llama.cpp's KV cache for the batch's sequences as one buffer: at batch 16 and 32 decode steps
-# its per-sequence caches (kv_unified False) decoded ~13x slower here (22 vs 291 tokens/s).
-KV_UNIFIED = True
 # The smoke model: the real one's shape features (GQA, tied embeddings), tiny.
 SMOKE_CFG = transformer.TransformerConfig(
     vocab_size=128,
@@ -65,71 +66,54 @@ def _prompts(batch: int, prompt_len: int, vocab: int) -> np.ndarray:
     return np.random.default_rng(0).integers(3, vocab, (batch, prompt_len)).astype(np.int32)
 
 
-def _medians(run, repeats: int) -> dict:
-    """run() -> (prefill seconds, decode seconds); one untimed warm-up call (the first call of
-    a compiled program pays one-off costs), then medians over `repeats` calls."""
-    run()
-    times = [run() for _ in range(repeats)]
-    return {
-        "prefill_s": statistics.median(t[0] for t in times),
-        "decode_s": statistics.median(t[1] for t in times),
-    }
-
-
-def _rates(seconds: dict, batch: int, prompt_len: int, steps: int) -> dict:
-    return {
-        **seconds,
-        "prefill_tokens": batch * prompt_len,
-        "decode_tokens": batch * steps,
-        "prefill_tokens_per_s": batch * prompt_len / seconds["prefill_s"],
-        "decode_tokens_per_s": batch * steps / seconds["decode_s"],
-    }
-
-
-def ours(cfg, params, tokens_BP, new_tokens: int, repeats: int) -> dict:
-    """core.pretrained.generate's two programs, greedy."""
-    B, P = tokens_BP.shape
-    _, cache_len = generate.cache_shape(cfg, P, new_tokens)
-    progs = generate.programs(cfg, params, batch_size=B, prompt_len=P, cache_len=cache_len)
-    lengths_B = np.full((B,), P, np.int32)
-    rng = jax.random.PRNGKey(0)
-
-    def run():
-        start = time.perf_counter()
-        token_B, cache = jax.block_until_ready(progs.prefill(params, tokens_BP, lengths_B, rng))
-        prefill_s = time.perf_counter() - start
-        start = time.perf_counter()
-        for i in range(1, new_tokens):
-            position_B = np.full((B,), P + i - 1, np.int32)
-            token_B, cache = progs.step(params, token_B, position_B, np.int32(i), cache, rng)
-        jax.block_until_ready(token_B)
-        return prefill_s, time.perf_counter() - start
-
-    out = _rates(_medians(run, repeats), B, P, new_tokens - 1)
-    return {**out, "compile_s": progs.compile_s, "cache_len": cache_len}
-
-
-def loop_vs_while_loop(cfg, params, tokens_BP, new_tokens: int, repeats: int) -> dict:
-    """Seconds for a prompt plus `new_tokens` greedy tokens: generate's Python loop of jitted
-    steps against the core sampler's single jitted lax.while_loop (both: prefill included)."""
+def _decoder(cfg, params, tokens_BP, new_tokens: int):
+    """(prefill() -> (token_B, cache), decode(token_B, cache) -> last token_B, programs): the
+    generate programs for these prompts, greedy; each call blocks on its result."""
     B, P = tokens_BP.shape
     _, cache_len = generate.cache_shape(cfg, P, new_tokens)
     progs = generate.programs(cfg, params, batch_size=B, prompt_len=P, cache_len=cache_len)
     lengths_B, rng = np.full((B,), P, np.int32), jax.random.PRNGKey(0)
 
-    def python_loop():
-        token_B, cache = progs.prefill(params, tokens_BP, lengths_B, rng)
+    def prefill():
+        return jax.block_until_ready(progs.prefill(params, tokens_BP, lengths_B, rng))
+
+    def decode(token_B, cache):  # dispatched back to back: one wait at the end
         for i in range(1, new_tokens):
             position_B = np.full((B,), P + i - 1, np.int32)
             token_B, cache = progs.step(params, token_B, position_B, np.int32(i), cache, rng)
-        jax.block_until_ready(token_B)
+        return jax.block_until_ready(token_B)
 
+    return prefill, decode, progs
+
+
+def ours(cfg, params, tokens_BP, new_tokens: int, repeats: int) -> dict:
+    """core.pretrained.generate's two programs, greedy."""
+    prefill, decode, progs = _decoder(cfg, params, tokens_BP, new_tokens)
+
+    def run():
+        start = time.perf_counter()
+        state = prefill()
+        middle = time.perf_counter()
+        decode(*state)
+        return middle - start, time.perf_counter() - middle
+
+    out = rates(medians(run, repeats), *tokens_BP.shape, new_tokens - 1)
+    return {**out, "compile_s": progs.compile_s}
+
+
+def loop_vs_while_loop(cfg, params, tokens_BP, new_tokens: int, repeats: int) -> dict:
+    """Seconds for a prompt plus `new_tokens` greedy tokens: generate's Python loop of jitted
+    steps against the core sampler's single jitted lax.while_loop (both: prefill included)."""
+    prefill, decode, _ = _decoder(cfg, params, tokens_BP, new_tokens)
     sample = functools.partial(
-        sampler.sample_jit, cfg, params, tokens_BP, rng=rng, max_new_tokens=new_tokens
+        sampler.sample_jit, cfg, params, tokens_BP, rng=jax.random.PRNGKey(0)
     )
 
+    def python_loop():
+        decode(*prefill())
+
     def while_loop():
-        jax.block_until_ready(sample(temperature=0.0).tokens_BN)
+        jax.block_until_ready(sample(max_new_tokens=new_tokens, temperature=0.0).tokens_BN)
 
     seconds = {}
     for name, fn in (("python_loop", python_loop), ("while_loop", while_loop)):
@@ -143,109 +127,6 @@ def loop_vs_while_loop(cfg, params, tokens_BP, new_tokens: int, repeats: int) ->
     return seconds
 
 
-# ------------------------------------------------------------------ comparators
-
-
-# A no-op llama.cpp log callback, kept alive here: ctypes calls it after llama_log_set returns.
-_QUIET = []
-
-
-def llama_cpp(path, tokens_BP, new_tokens: int, repeats: int, threads: int) -> dict:
-    """llama.cpp through llama-cpp-python's C API: all rows' prompts in one batch (a sequence
-    id per row), then one token per row per step. Raises ImportError when not installed."""
-    import llama_cpp as lc
-
-    B, P = tokens_BP.shape
-    if not _QUIET:
-        _QUIET.append(lc.llama_log_callback(lambda level, text, user_data: None))
-    lc.llama_log_set(_QUIET[0], None)  # its per-load report would fill the bench's stderr
-    lc.llama_backend_init()
-    model = lc.llama_model_load_from_file(str(path).encode(), lc.llama_model_default_params())
-    if not model:
-        raise RuntimeError(f"llama.cpp could not load {path}")
-    cp = lc.llama_context_default_params()
-    per_row = P + new_tokens
-    cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = B * per_row, B * P, B * P, B
-    cp.n_threads = cp.n_threads_batch = threads
-    cp.kv_unified = KV_UNIFIED
-    ctx = lc.llama_init_from_model(model, cp)
-    batch = lc.llama_batch_init(B * P, 0, B)
-
-    def decode(rows):  # rows: (token, position, sequence, wants logits)
-        batch.n_tokens = len(rows)
-        for i, (token, pos, seq, logits) in enumerate(rows):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i] = int(token), pos, 1
-            batch.seq_id[i][0], batch.logits[i] = seq, logits
-        if lc.llama_decode(ctx, batch) != 0:
-            raise RuntimeError("llama_decode failed")
-
-    next_B = _prompts(B, 1, 1000)[:, 0] + 3  # fixed next tokens (speed does not depend on them)
-
-    def run():
-        lc.llama_memory_clear(lc.llama_get_memory(ctx), True)
-        start = time.perf_counter()
-        decode([(tokens_BP[b, t], t, b, t == P - 1) for b in range(B) for t in range(P)])
-        lc.llama_synchronize(ctx)
-        prefill_s = time.perf_counter() - start
-        start = time.perf_counter()
-        for i in range(1, new_tokens):
-            decode([(next_B[b], P + i - 1, b, True) for b in range(B)])
-        lc.llama_synchronize(ctx)
-        return prefill_s, time.perf_counter() - start
-
-    try:
-        out = _rates(_medians(run, repeats), B, P, new_tokens - 1)
-    finally:
-        lc.llama_batch_free(batch)
-        lc.llama_free(ctx)
-        lc.llama_model_free(model)
-    return {**out, "version": lc.__version__, "threads": threads}
-
-
-@functools.cache
-def _torch_model(path, dtype: str):
-    """The GGUF file dequantized by transformers once (float32), cast for other dtypes."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    if dtype != "float32":
-        return copy.deepcopy(_torch_model(path, "float32")).to(getattr(torch, dtype))
-    model = AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=torch.float32
-    )
-    for p in model.parameters():  # dequantized tensors can be strided views: matmuls crawl
-        p.data = p.data.contiguous()
-    return model.eval()
-
-
-def hf_transformers(path, dtype: str, tokens_BP, new_tokens: int, repeats: int, threads: int):
-    """transformers' Llama on PyTorch CPU, greedy with its KV cache."""
-    import torch
-    import transformers
-
-    torch.set_num_threads(threads)
-    model = _torch_model(path, dtype)
-    # transformers 5 renamed past_key_values to cache (the old name warns on every call).
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    B, P = tokens_BP.shape
-    ids_BP = torch.as_tensor(tokens_BP, dtype=torch.long)
-
-    def run():
-        with torch.inference_mode():
-            start = time.perf_counter()
-            out = model(input_ids=ids_BP, use_cache=True)
-            token_B1 = out.logits[:, -1].argmax(-1, keepdim=True)
-            prefill_s = time.perf_counter() - start
-            start = time.perf_counter()
-            for _ in range(1, new_tokens):
-                out = model(input_ids=token_B1, use_cache=True, **{name: getattr(out, name)})
-                token_B1 = out.logits[:, -1].argmax(-1, keepdim=True)
-            return prefill_s, time.perf_counter() - start
-
-    out = _rates(_medians(run, repeats), B, P, new_tokens - 1)
-    return {**out, "torch": torch.__version__, "transformers": transformers.__version__}
-
-
 # ------------------------------------------------------------------ the figures
 
 
@@ -256,19 +137,34 @@ def _speed_ratios(what, a_label, a, b_label, b) -> list[Ratio]:
     ]
 
 
-def _comparator(name, library, fn, notes, unavailable):
-    """fn() or None, with the reason in the notes: `library` not installed (then added to
-    `unavailable`, and not tried again), or this run failed."""
-    if library in unavailable:
-        return None
+def _isolated(library: str, jobs: list, notes: list) -> dict:
+    """The jobs' results from a fresh process of this interpreter: each library's threads alone
+    on the cores (run one after the other in one process, a library's idle thread pool slowed
+    the next library's decode by up to 10x on 2 cores). Missing libraries and failures go to
+    the notes."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "methods.lm.bench_comparators"],
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+        check=False,
+    )
     try:
-        return fn()
-    except ImportError as e:
-        unavailable.add(library)
-        notes.append(f"{library} not installed ({e}): not measured; `pip install -e .[bench]`")
-    except Exception as e:  # a comparator's own failure must not lose our numbers
-        notes.append(f"{name} failed: {type(e).__name__}: {' '.join(str(e).split())[:300]}")
-    return None
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        notes.append(f"{library} failed (exit {proc.returncode}): {last[:300]}")
+        return {}
+    if "import_error" in out:
+        notes.append(f"{library} not installed ({out['import_error']}): not measured; "
+                     "`pip install -e .[bench]`")  # fmt: skip
+        return {}
+    for key, result in list(out.items()):
+        if "error" in result:
+            notes.append(f"{key} failed: {result['error']}")
+            del out[key]
+    return out
 
 
 def _model(smoke: bool, dtype: str):
@@ -311,20 +207,16 @@ def measure_generation(*, smoke: bool = False) -> tuple[list[Ratio], dict, list[
     else:
         details["gguf_file"] = str(path)
         details["gguf_bytes"] = os.path.getsize(path)
-        unavailable = set()
+        jobs = {"llama-cpp-python": [], "transformers": []}
         for B in size["batches"]:
-            tokens_BP = _prompts(B, P, cfg.vocab_size)
-            run = functools.partial(llama_cpp, path, tokens_BP, N, R, threads)
-            got = _comparator(f"llama.cpp, batch {B}", "llama-cpp-python", run, notes, unavailable)
-            if got:
-                runs[f"llama.cpp/q4_1/b{B}"] = got
+            common = {"path": str(path), "new_tokens": N, "repeats": R, "threads": threads}
+            common["tokens_BP"] = _prompts(B, P, cfg.vocab_size).tolist()
+            jobs["llama-cpp-python"].append([f"llama.cpp/q4_1/b{B}", "llama_cpp", common])
             for dtype in DTYPES:
-                run = functools.partial(hf_transformers, path, dtype, tokens_BP, N, R, threads)
-                name = f"transformers {dtype}, batch {B}"
-                got = _comparator(name, "transformers", run, notes, unavailable)
-                if got:
-                    runs[f"transformers/{dtype}/b{B}"] = got
-        details["comparators_not_installed"] = sorted(unavailable)
+                job = [f"transformers/{dtype}/b{B}", "hf_transformers", {**common, "dtype": dtype}]
+                jobs["transformers"].append(job)
+        for library, library_jobs in jobs.items():
+            runs.update(_isolated(library, library_jobs, notes))
     setting = f"prompt {P}, {N - 1} decode steps, {threads} threads"
     for B in size["batches"]:
         f32, bf16 = runs[f"ours/float32/b{B}"], runs[f"ours/bfloat16/b{B}"]
