@@ -54,10 +54,11 @@ ROUGE_MARGIN = 0.10  # as the toy
 GUMBEL_SAMPLE_MARGIN = 0.05  # toy 0.03 (module docstring)
 GUMBEL_SOFT_MARGIN = 0.02  # as the toy
 # Quick smoke checks. A working pipeline: the model ends with the delimiter on most greedy
-# decodes and gets some single-digit sums right; a random-init model or a wrong prompt /
-# delimiter / parser gives 0 for both.
+# decodes (94-97 % on validation problems) and gets some single-digit sums right (19 % on
+# validation: of 16 problems per split, P(none right) = 0.81^16 = 3 %); a random-init model, a
+# wrong prompt, delimiter or parser gives 0 for both.
 QUICK_DELIMITER_RATE = 0.5  # greedy decodes that emit " answer"
-QUICK_GREEDY_FLOOR = 0.1  # greedy pass@1 on add_1d
+QUICK_GREEDY_FLOOR = 0.03  # greedy pass@1 on add_1d: above 0, at least one right per split
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,25 +77,30 @@ class Setting:
     fixed_max_new_tokens: int = 0  # 0: from the validation lengths
 
 
+# Sized to ~90 minutes on the 2 shared CPU cores (README: sizing): ~210 decoded tokens/s for
+# every kind at batch 32-64 in float32 (bfloat16 is slower on this CPU), the JS probe ~3.3x a
+# plain step; 120 test problems x (greedy + 4 x 16 samples) x <= max_new_tokens steps.
 FULL = Setting(
     "full",
     levels=problems.LEVELS,
     num_validation=32,
     validation_max_new_tokens=256,
     test_splits=5,
-    per_split=16,
-    samples=8,
+    per_split=24,
+    samples=16,
     decoders=evaluation.STOCHASTIC,
     probe_tokens=64,
     lens_limit=32,
 )
+# The quick run's smoke check (~2 minutes with loading): the simple end of the ladder only (its
+# validation accuracy still measured and recorded), greedy and the soft probe.
 QUICK = Setting(
     "quick",
     levels=("add_1d",),
-    num_validation=6,
+    num_validation=16,
     validation_max_new_tokens=128,
     test_splits=3,
-    per_split=6,
+    per_split=16,
     samples=1,
     decoders=(),
     probe_tokens=32,

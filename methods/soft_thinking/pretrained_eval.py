@@ -193,6 +193,7 @@ def split_row(lm: ChatLM, batch, key, setting) -> dict:
     row = {
         "greedy/pass@1": float(lm.correct(greedy, batch).mean()),
         "greedy/delimiter_rate": float((greedy["think_end_SB"] >= 0).mean()),
+        "greedy/answered": float(np.mean([a is not None for a in lm.answers(greedy)[0]])),
         "greedy/length": float(greedy["length_SB"].mean()),
     }
     for index, name in enumerate(evaluation.STOCHASTIC):
