@@ -66,6 +66,7 @@ def test_problems_refuse_more_than_a_split_holds():
         (" is 1,234 apples.", 1234),
         (" is **9**.\n\nThe question asked for 5.", 9),  # later lines do not count
         (" to find.\n\nSo, the answer is 13.", 13),  # a later "answer" restates it
+        (" to find.\nAn answer is 4.\nSo, the answer is 13.", 13),  # the last one counts
         (" is 3.5", None),  # not an integer
         (" to this problem.", None),  # no number on the delimiter's line
         ("", None),
