@@ -2,10 +2,13 @@
 and the logit lens at branch points.
 
     out = decode(cfg, params, task, terms_BN, decoder=DECODERS["gumbel"], rng=key, samples=16)
+    out = decode_prompts(cfg, params, prompts_BP, prompt_mask_BP=mask_BP, decoder=...,
+                         rng=key, think_end_id=..., eos_id=..., max_new_tokens=128)  # any LM
     scores = score(task, terms_BN, out)              # correct / valid trace per sample
     pass_at_k(n=16, c=correct.sum(0), k=4)           # the unbiased estimator
     rouge_l(chain, greedy_chain)                     # LCS F-measure of two token chains
-    lens = logit_lens(cfg, params, sequences_BT, positions_R, rows_R, top1_R, top2_R)
+    lens = logit_lens(cfg, params, task, sequences_BT, temperature=0.6)
+    lens = lens_at(cfg, params, sequences_BT, branch_points_at(...), limit=32, chunk=8)
 
 The decoders use the paper's settings, untuned: token sampling at temperature 0.6, top-p 0.95,
 top-k 30; soft thinking with max_topk 10 on the same truncation; Dirichlet alpha 4; Gumbel tau
@@ -76,8 +79,8 @@ def decode_prompts(
 ):
     """`samples` decodes of every (left-padded) prompt (rows s * B + b), in chunks of `chunk`
     rows so that every chunk is one compiled program. Returns numpy arrays: completion_SBN
-    (pad_id after the end), think_end_SB, and with probe=True js_top1_SBN, js_top2_SBN,
-    probe_mask_SBN."""
+    (pad_id after the end), think_end_SB, length_SB (tokens generated, eos included), and with
+    probe=True js_top1_SBN, js_top2_SBN, probe_mask_SBN."""
     prompts = np.tile(np.asarray(prompts_BP), (samples, 1))
     masks = None if prompt_mask_BP is None else np.tile(np.asarray(prompt_mask_BP), (samples, 1))
     rows = len(prompts)

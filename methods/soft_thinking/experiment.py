@@ -1,4 +1,6 @@
-"""Soft thinking's experiment: five decoders on a task model trained to an imperfect level.
+"""Soft thinking's experiment: five decoders on a task model trained to an imperfect level (this
+module), and on a pretrained LM, training-free (`experiment_pretrained`: the paper's own
+setting; `run` runs both, each its own results record, `claims_from_results` reads either).
 
 Per seed (model init and training stream; SEEDS): the decoder of `configs/soft_thinking.py`
 is trained through `core.train` on the shuffled modular sum (`task.py`), with its greedy
