@@ -21,8 +21,8 @@ import numpy as np
 
 # llama.cpp's KV cache for the batch's sequences as one buffer. One comparison here at batch 16,
 # 32 decode steps: per-sequence caches (False) 22 tokens/s, one buffer 291; but later runs with
-# one buffer also fell to 14-25 tokens/s on this loaded 2-core host (its spinning thread
-# barrier stalls when a thread is descheduled): llama.cpp's batch-16 decode is erratic here.
+# one buffer also fell to 14-25 tokens/s on this loaded 2-core host (probably its spinning
+# thread barrier stalling when a thread is descheduled): its batch-16 decode is erratic here.
 KV_UNIFIED = True
 
 
