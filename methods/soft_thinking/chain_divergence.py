@@ -7,7 +7,7 @@ the two decodes are free to go apart. This module measures, on the full run's ow
 the share of identical chains, the first divergence position, ROUGE-L of the suffixes after it,
 and greedy's top-2 probability gap at that step (a near tie flipped by the small JS shift?).
 
-    python -m methods.soft_thinking.chain_divergence   # ~5 min on 2 CPU cores
+    python -m methods.soft_thinking.chain_divergence   # ~8 min on the 2 shared CPU cores
 """
 
 import json
