@@ -170,20 +170,33 @@ def rouge_l(a, b) -> float:
     return 2.0 * lcs_length(a, b) / (len(a) + len(b))
 
 
-def agreement_with(reference: list[np.ndarray], out) -> float:
-    """Mean ROUGE-L of every decode's chain against the reference chain of its prompt."""
+def agreement_with(reference: list[np.ndarray], chains_SB) -> float:
+    """Mean ROUGE-L of every decode's chain (chains_SB[s][b], e.g. `chains(out)`) against the
+    reference chain of its prompt."""
     values = [
         rouge_l(chain, reference[b])
-        for per_sample in chains(out)
+        for per_sample in chains_SB
         for b, chain in enumerate(per_sample)
     ]
     return float(np.mean(values))
 
 
-def distinct_chains(out) -> float:
+def distinct_chains(chains_SB) -> float:
     """Mean number of distinct thinking chains per prompt over its samples."""
-    per_prompt = zip(*chains(out), strict=True)
+    per_prompt = zip(*chains_SB, strict=True)
     return float(np.mean([len({tuple(c) for c in samples}) for samples in per_prompt]))
+
+
+def lens_metrics(lens: dict) -> dict[str, float]:
+    """A logit lens result (`logit_lens` / `lens_at`) as flat row metrics: branch points and
+    the per-layer top-k overlaps of the mixture with the top-1 and the top-2 input."""
+    row = {"lens/branch_points": lens["branch_points"]}
+    for layer, (top1, top2) in enumerate(
+        zip(lens["mix_vs_top1"], lens["mix_vs_top2"], strict=True)
+    ):
+        row[f"lens/mix_vs_top1/{layer}"] = top1
+        row[f"lens/mix_vs_top2/{layer}"] = top2
+    return row
 
 
 def probe_summary(out) -> dict[str, float]:

@@ -173,8 +173,9 @@ def evaluate_decoders(cfg, params, task, setting: Setting, seed: int) -> dict:
         for k in PASS_K:
             row[f"{name}/pass@{k}"] = float(evaluation.pass_at_k(SAMPLES, correct_B, k).mean())
         row[f"{name}/valid_trace"] = float(scores["valid_trace"].mean())
-        row[f"{name}/rouge_l_greedy"] = evaluation.agreement_with(greedy_chains, out)
-        row[f"{name}/distinct_chains"] = evaluation.distinct_chains(out)
+        chains_SB = evaluation.chains(out)
+        row[f"{name}/rouge_l_greedy"] = evaluation.agreement_with(greedy_chains, chains_SB)
+        row[f"{name}/distinct_chains"] = evaluation.distinct_chains(chains_SB)
     # Vanilla soft thinking is deterministic until the delimiter: one decode per prompt probes it.
     probed = evaluation.decode(
         cfg, params, task, terms, decoder=evaluation.DECODERS["soft"], rng=key, probe=True
@@ -193,12 +194,7 @@ def evaluate_decoders(cfg, params, task, setting: Setting, seed: int) -> dict:
         temperature=evaluation.DECODERS["soft"].temperature,
         limit=setting.lens_limit,
     )
-    row["lens/branch_points"] = lens["branch_points"]
-    for layer, (top1, top2) in enumerate(
-        zip(lens["mix_vs_top1"], lens["mix_vs_top2"], strict=True)
-    ):
-        row[f"lens/mix_vs_top1/{layer}"] = top1
-        row[f"lens/mix_vs_top2/{layer}"] = top2
+    row.update(evaluation.lens_metrics(lens))
     return row
 
 

@@ -42,21 +42,6 @@ def chains(out) -> list[list[np.ndarray]]:
     ]
 
 
-def agreement_with(reference: list[np.ndarray], out) -> float:
-    """Mean ROUGE-L of every decode's chain against its prompt's reference chain."""
-    values = [
-        evaluation.rouge_l(chain, reference[b])
-        for per_sample in chains(out)
-        for b, chain in enumerate(per_sample)
-    ]
-    return float(np.mean(values))
-
-
-def distinct_chains(out) -> float:
-    per_prompt = zip(*chains(out), strict=True)
-    return float(np.mean([len({tuple(c) for c in samples}) for samples in per_prompt]))
-
-
 @dataclasses.dataclass(frozen=True)
 class Prompts:
     tokens_BP: np.ndarray  # int32, left-padded
@@ -209,8 +194,9 @@ def split_row(lm: ChatLM, batch, key, setting) -> dict:
         row |= pass_at_k_row(name, lm.correct(out, batch), evaluation.PASS_K)
         row[f"{name}/delimiter_rate"] = float((out["think_end_SB"] >= 0).mean())
         row[f"{name}/length"] = float(out["length_SB"].mean())
-        row[f"{name}/rouge_l_greedy"] = agreement_with(greedy_chains, out)
-        row[f"{name}/distinct_chains"] = distinct_chains(out)
+        chains_SB = chains(out)
+        row[f"{name}/rouge_l_greedy"] = evaluation.agreement_with(greedy_chains, chains_SB)
+        row[f"{name}/distinct_chains"] = evaluation.distinct_chains(chains_SB)
     # Vanilla soft thinking is deterministic until the delimiter: one decode per problem probes
     # it, over its first `probe_tokens` steps (the probe costs three extra forward passes).
     probed = lm.decode(
@@ -230,10 +216,5 @@ def split_row(lm: ChatLM, batch, key, setting) -> dict:
             temperature=DECODERS["soft"].temperature,
             limit=setting.lens_limit,
         )
-        row["lens/branch_points"] = lens["branch_points"]
-        for layer, (top1, top2) in enumerate(
-            zip(lens["mix_vs_top1"], lens["mix_vs_top2"], strict=True)
-        ):
-            row[f"lens/mix_vs_top1/{layer}"] = top1
-            row[f"lens/mix_vs_top2/{layer}"] = top2
+        row.update(evaluation.lens_metrics(lens))
     return row
