@@ -48,7 +48,8 @@ def _position_table(scores: dict) -> str:
     for task, row in scores["position_bias"].items():
         cells = [f"{row[x]['n']}, {_pct(row[x]['accuracy'])}" if x in row else "" for x in letters]
         predicted = scores["predicted_letters"].get(task, {})
-        shares = " / ".join(_pct(predicted.get(x, 0.0)) for x in letters)
+        shown = set(row) | set(predicted)  # a letter the task never offers stays blank
+        shares = " / ".join(_pct(predicted.get(x, 0.0)) if x in shown else "" for x in letters)
         lines.append(f"| {task} | " + " | ".join(cells) + f" | {shares} |")
     return "\n".join(lines)
 
