@@ -1,20 +1,23 @@
 """Run a model on a Fetal-Gauge style benchmark held on local disk and write its scorecard.
 
     python -m methods.fetal_gauge.run_benchmark --records R.json --images DIR --model M \\
-        --out OUT [--size 64] [--tasks PI,VG] [--seed 0] [--batch-size 64]
+        --out OUT [--size 64] [--tasks PI,VG] [--split test] [--seed 0] [--batch-size 64]
 
 M is a stub (oracle, random, always-a, parse-failure: checks of the harness) or vlm:<workdir>
 (the VLM trained by `core.train` into that workdir). The records' JSON format is
-`local_data.load_records`'s. `--demo DIR` writes a small phantom set in that format and prints
-the command that scores it. Every bad input is one line on stderr and exit code 2.
+`local_data.load_records`'s. OUT gets the scorecard (scores.json, report.md, accuracy.png) and
+predictions.jsonl (one line per question). `--demo DIR` writes a small phantom set in that
+format and prints the command that scores it. Every bad input is one line on stderr, exit 2.
 """
 
 import argparse
+import json
 import os
 import sys
 
 from core.errors import ConfigError
 from methods.fetal_gauge import harness, scorecard, scoring, stubs
+from methods.fetal_gauge.records import SPLITS
 from methods.fetal_gauge.vocab import check_task
 
 DEMO_PATIENTS = 10  # with the default six scans per patient: a few hundred test questions
@@ -37,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", help="the folder for scores.json, report.md, accuracy.png")
     parser.add_argument("--size", type=int, default=64, help="images resized to size x size")
     parser.add_argument("--tasks", default="", help="comma-separated tasks (default: all)")
+    parser.add_argument("--split", default="", help="score only this split (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="stub and bootstrap seed")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--title", default="", help="the scorecard's title")
@@ -58,14 +62,28 @@ def make_model(name: str, records, *, seed: int):
     return stubs.make_stub(name, records, seed=seed)
 
 
-def select_tasks(records, tasks: str):
-    if not tasks:
-        return list(records)
-    wanted = {check_task(t.strip()) for t in tasks.split(",") if t.strip()}
-    chosen = [r for r in records if r.task in wanted]
+def select(records, *, tasks: str, split: str):
+    """The records of the chosen tasks (comma-separated; "" = all) and split ("" = all)."""
+    chosen = list(records)
+    if tasks:
+        wanted = {check_task(t.strip()) for t in tasks.split(",") if t.strip()}
+        chosen = [r for r in chosen if r.task in wanted]
+    if split:
+        if split not in SPLITS:
+            raise ConfigError(f"fetal_gauge: --split={split!r}; one of {', '.join(SPLITS)}")
+        chosen = [r for r in chosen if r.split == split]
     if not chosen:
-        raise ConfigError(f"fetal_gauge: tasks={tasks!r}: no record of these tasks")
+        raise ConfigError(f"fetal_gauge: --tasks={tasks!r} --split={split!r}: no record left")
     return chosen
+
+
+def write_predictions(records, predictions, path: str) -> None:
+    """One JSON line per question (qid, task, answer, predicted index, raw text): what a reader
+    needs to look at the wrong and the invalid answers."""
+    with open(path, "w") as f:
+        for record, index, raw in zip(records, predictions.indices, predictions.raw, strict=True):
+            row = {"qid": record.qid, "task": record.task, "answer_idx": record.answer_idx}
+            f.write(json.dumps(row | {"predicted_idx": index, "raw": raw}) + "\n")
 
 
 def write_demo(directory: str, *, seed: int) -> str:
@@ -95,7 +113,8 @@ def run(args) -> dict:
         raise ConfigError(
             f"fetal_gauge: --size={args.size}, --batch-size={args.batch_size}; both at least 1"
         )
-    records = select_tasks(load_records(args.records, args.images, size=args.size), args.tasks)
+    records = load_records(args.records, args.images, size=args.size)
+    records = select(records, tasks=args.tasks, split=args.split)
     model = make_model(args.model, records, seed=args.seed)
     predictions = harness.evaluate(model, records, batch_size=args.batch_size)
     scores = scoring.score(records, predictions.indices, seed=args.seed)
@@ -103,6 +122,8 @@ def run(args) -> dict:
     scores["seconds"] = predictions.seconds
     title = args.title or f"Fetal-Gauge: {args.model} on {os.path.basename(args.records)}"
     paths = scorecard.write(scores, args.out, title=title)
+    paths["predictions"] = os.path.join(args.out, "predictions.jsonl")
+    write_predictions(records, predictions, paths["predictions"])
     print(scorecard.task_table(scores))
     rate = len(records) / max(predictions.seconds, 1e-9)
     print(f"{len(records)} questions in {predictions.seconds:.1f} s ({rate:.0f} questions/s)")

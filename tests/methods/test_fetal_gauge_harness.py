@@ -139,10 +139,17 @@ def test_cli_scores_a_written_set_and_bad_input_is_one_line(tmp_path, capsys):
     assert run_benchmark.main(argv + ["--model", "oracle", "--size", "16"]) == 0
     printed = capsys.readouterr().out
     assert "| PI | 6 | 100.0 [100.0, 100.0]" in printed and "overall (micro)" in printed
-    assert {p.name for p in out.iterdir()} == {"scores.json", "report.md", "accuracy.png"}
+    written = {p.name for p in out.iterdir()}
+    assert written == {"scores.json", "report.md", "accuracy.png", "predictions.jsonl"}
 
     bad = ["--records", str(tmp_path / "missing.json"), "--images", image_root, "--out", "x"]
-    for wrong in (bad, argv + ["--model", "nope"], argv + ["--tasks", "XX"], ["--size", "a"]):
+    for wrong in (
+        bad,
+        argv + ["--model", "nope"],
+        argv + ["--tasks", "XX"],
+        ["--size", "a"],
+        argv + ["--split", "val"],
+    ):
         assert run_benchmark.main(wrong) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("fetal_gauge"), err
