@@ -12,7 +12,8 @@ paired by scan. What the images let us test of the paper's findings:
   background and a different gain, so a model trained on "clinical" alone may not transfer.
 
 Rendering happens at 2 * size and is area-averaged down to `size`; structure masks are
-downsampled the same way and boxes are taken at the output size (`mask_to_bbox`).
+downsampled the same way and boxes are taken at the output size (`mask_to_bbox`, padded by
+one pixel so the outline drawn later leaves the structure itself visible).
 VC: "standard plane" when the ellipse is complete, centred and at the right zoom; a
 "non-standard plane" breaks exactly one of the three (fault "cut", "off-centre" or "zoom").
 """
@@ -45,6 +46,9 @@ CENTRE = (0.5, 0.56)
 STANDARD_AXIS = (0.25, 0.30)
 OFF_CENTRE_SHIFT = (0.13, 0.17)  # far enough that the box centre leaves the centred tolerance
 ZOOM_FACTORS = ((0.5, 0.62), (1.28, 1.38))  # too small / too large, still inside the fan
+# Boxes lie one pixel outside the structure, so the red outline never paints over a small
+# structure's own pixels (a 4-pixel spine would otherwise vanish under its box).
+BOX_PAD = 1
 # Coverage a downsampled mask pixel needs: a quarter keeps 2-render-pixel lines connected.
 MASK_COVERAGE = 0.25
 
@@ -336,7 +340,7 @@ def render(kind: str, style: str, rng: np.random.Generator, *, size: int = SIZE)
         small = _downsample((mask & fan).astype(np.float32), factor) >= MASK_COVERAGE
         if small.any():
             visible[name] = small
-    structures = {name: mask_to_bbox(mask) for name, mask in visible.items()}
+    structures = {name: mask_to_bbox(mask, BOX_PAD) for name, mask in visible.items()}
     labels = {} if label is None else {task: label}
     if kind in PLANE:
         labels["PI"] = PLANE[kind]
