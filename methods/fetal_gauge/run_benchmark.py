@@ -20,7 +20,7 @@ from methods.fetal_gauge import harness, scorecard, scoring, stubs
 from methods.fetal_gauge.records import SPLITS
 from methods.fetal_gauge.vocab import check_task
 
-DEMO_PATIENTS = 10  # with the default six scans per patient: a few hundred test questions
+DEMO_PATIENTS = 30  # 6 test patients: about 240 questions (both styles), a few seconds to write
 
 
 class _OneLineParser(argparse.ArgumentParser):
