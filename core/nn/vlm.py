@@ -170,6 +170,7 @@ def apply(
     gate_mask_LF=None,
     text_key_mask_BT=None,
     cache: transformer.KVCache | None = None,
+    image_BND=None,
 ) -> Output:
     """Output(logits [B, N + T, V] float32, advanced cache or None, captured) for images
     [B, H, W, C] and text tokens [B, T] placed after the N image tokens.
@@ -177,9 +178,16 @@ def apply(
     capture: names from `capture_names`. gate_mask_LF [L, F]: the unit lesion (module
     docstring). text_key_mask_BT: False on padding text tokens (image tokens are always real).
     cache: from `init_cache`, empty (this call is the prefill); continue with `step`.
+    image_BND: `image_embeddings` computed already (images_BHWC is then None): one encoded image
+    read by several text rows (e.g. its tokens tiled over K answer options) is encoded once.
     """
     vit_names, dec_names = _split_capture(cfg, capture)
-    image_BND, vit_captured = image_embeddings(cfg, params, images_BHWC, capture=vit_names)
+    if image_BND is None:
+        image_BND, vit_captured = image_embeddings(cfg, params, images_BHWC, capture=vit_names)
+    elif images_BHWC is not None or vit_names:
+        raise ValueError("apply: give images_BHWC or image_BND (then no vit/ captures), not both")
+    else:
+        vit_captured = {}
     B, N, _ = image_BND.shape
     if tokens_BT.ndim != 2 or tokens_BT.shape[0] != B:
         raise ValueError(f"tokens have shape {tuple(tokens_BT.shape)}, expected ({B}, T)")

@@ -238,3 +238,19 @@ def test_the_merger_concatenates_each_2x2_block_of_neighbouring_vit_tokens():
     np.testing.assert_allclose(merged, want_BNM @ p["merger"]["kernel"], rtol=1e-5, atol=1e-5)
     out = apply(cfg, p, x, tokens())
     assert out.logits_BTV.shape == (2, 2 + 5, CFG.decoder.vocab_size)
+
+
+def test_precomputed_image_embeddings_tiled_over_rows_equal_encoding_each_row():
+    # Fetal-Gauge scores K options of one image by tiling its embeddings over K text rows; the
+    # logits must equal encoding the image again for every row (a tiling-order bug, repeat vs
+    # tile, would pair one image's tokens with another's options).
+    rng = np.random.default_rng(3)
+    images = rng.uniform(size=(2, 8, 16, 1)).astype(np.float32)
+    tokens = rng.integers(0, 13, size=(6, 5))  # image 0 -> rows 0-2, image 1 -> rows 3-5
+    embedded, _ = vlm.image_embeddings(CFG, params(), images)
+    tiled = apply(CFG, params(), None, tokens, image_BND=jnp.repeat(embedded, 3, axis=0))
+    direct = apply(CFG, params(), np.repeat(images, 3, axis=0), tokens)
+    # the same ops on the same numbers: equal up to float32 reassociation across programs
+    np.testing.assert_allclose(tiled.logits_BTV, direct.logits_BTV, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="not both"):
+        vlm.apply(CFG, params(), images, tokens[:2], image_BND=embedded)
