@@ -21,17 +21,25 @@ from methods.fetal_gauge import model, phantom_set, records
 
 
 @functools.lru_cache(maxsize=4)
-def benchmark_arrays(num_patients: int, seed: int, train_styles: str) -> dict:
-    """{"train": arrays, "validation": arrays} of the phantom benchmark (built once per process)."""
+def benchmark_records(num_patients: int, seed: int, train_styles: str = "clinical") -> tuple:
+    """The phantom benchmark's records (built once per process; callers must not mutate)."""
     styles = tuple(s for s in train_styles.split("+") if s)
     if not styles or set(styles) - set(records.STYLES):
         raise ConfigError(
             f"fetal_gauge: data.train_styles={train_styles!r}; styles of {records.STYLES} "
             "joined by '+'"
         )
-    recs = phantom_set.phantom_benchmark(
-        num_patients, seed, styles_by_split={**phantom_set.DEFAULT_STYLES, "train": styles}
+    return tuple(
+        phantom_set.phantom_benchmark(
+            num_patients, seed, styles_by_split={**phantom_set.DEFAULT_STYLES, "train": styles}
+        )
     )
+
+
+@functools.lru_cache(maxsize=4)
+def benchmark_arrays(num_patients: int, seed: int, train_styles: str) -> dict:
+    """{"train": arrays, "validation": arrays} of the phantom benchmark (built once per process)."""
+    recs = benchmark_records(num_patients, seed, train_styles)
     out = {}
     for split in ("train", "validation"):
         part = [r for r in recs if r.split == split]

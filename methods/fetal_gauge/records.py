@@ -65,10 +65,13 @@ SMALL_MAX = 0.02
 MEDIUM_MAX = 0.08
 
 
-def qid_rng(seed: int, qid: str) -> np.random.Generator:
-    """A generator for one question, stable across processes (sha256, not the salted hash())."""
+def qid_rng(seed: int, qid: str, stream: int = 0) -> np.random.Generator:
+    """A generator for one question, stable across processes (sha256, not the salted hash()).
+    `stream` separates uses: building the options (0) and reshuffling them (1). With one stream
+    for both, a reshuffle with the build's seed replayed the build's draws: on 2-option
+    questions always-A then scored 100 % (the quick experiment's always-A claim caught it)."""
     digest = hashlib.sha256(str(qid).encode()).digest()
-    return np.random.default_rng([int(seed), int.from_bytes(digest[:8], "little")])
+    return np.random.default_rng([int(seed), int.from_bytes(digest[:8], "little"), int(stream)])
 
 
 def _same_answer(task: str, a: str, b: str) -> bool:
@@ -131,8 +134,9 @@ def build(
 
 
 def shuffle_options(record: Record, seed: int) -> Record:
-    """The same options in a new order drawn from qid_rng(seed, qid); the answer follows."""
-    order = qid_rng(seed, record.qid).permutation(len(record.options))
+    """The same options in a new order drawn from qid_rng(seed, qid, stream=1); the answer
+    follows."""
+    order = qid_rng(seed, record.qid, stream=1).permutation(len(record.options))
     options = tuple(record.options[i] for i in order)
     return dataclasses.replace(
         record, options=options, answer_idx=int(np.flatnonzero(order == record.answer_idx)[0])
