@@ -27,7 +27,8 @@ def measure(*, smoke: bool = False) -> Result:
     params = vlm.init_params(cfg, jax.random.key(0))  # timing only: trained or not, same cost
     questions, repeats = (16, 1) if smoke else (256, 3)
     recs = [r for r in phantom_set.phantom_benchmark(30, 0) if r.split == "test"][:questions]
-    batched, single = VLMModel(cfg, params, batch_size=64), VLMModel(cfg, params, batch_size=1)
+    batched = VLMModel(cfg, params, batch_size=min(64, len(recs)))
+    single = VLMModel(cfg, params, batch_size=1)
     always_a = stubs.make_stub("always-a")
 
     def run(model):
@@ -44,7 +45,7 @@ def measure(*, smoke: bool = False) -> Result:
     ratios = [
         Ratio(
             f"harness on {n} phantom questions ({size}): batched option scoring vs one at a time",
-            "batch 64, every option in one forward",
+            f"batch {batched.batch_size}, every option in one forward",
             n / seconds["batched"],
             "batch 1",
             n / seconds["single"],
@@ -54,7 +55,7 @@ def measure(*, smoke: bool = False) -> Result:
             f"harness on {n} questions: prompt + parse of a text model vs the VLM's scoring",
             "always-A stub (prompt, parse)",
             n / seconds["generate_stub"],
-            "VLM, batch 64",
+            f"VLM, batch {batched.batch_size}",
             n / seconds["batched"],
             "questions/s",
         ),
