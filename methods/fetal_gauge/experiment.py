@@ -38,14 +38,14 @@ import jax
 import numpy as np
 
 from configs import fetal_gauge as fg_config
-from core import experiment_runner, train
+from core import experiment_runner, results, train
 from core.claims import IntervalClaim, Report
 from core.experiment_runner import Arm, ClaimSpec, Experiment
 from methods.fetal_gauge import benchmark_records, harness, records, scoring, stubs
 
 SEEDS = (0, 1, 2)
 STUBS = ("oracle", "random", "always-a", "parse-failure")
-LRS = (3e-4, 1e-3, 3e-3)
+LRS = (3e-4, 1e-3, 3e-3, 1e-2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,6 +218,9 @@ EXPERIMENT = Experiment(
     run=lambda config, run_dir: run_one(config, run_dir),
     select_on="validation/micro",
     claims=_claims(),
+    # The run cache's code key: the method's sources but its readers (results.READERS) and the
+    # loader of a user's local files, which no run imports.
+    sources=results.run_sources("fetal_gauge", besides=(*results.READERS, "local_data.py")),
 )
 
 
