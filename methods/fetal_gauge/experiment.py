@@ -218,9 +218,11 @@ EXPERIMENT = Experiment(
     run=lambda config, run_dir: run_one(config, run_dir),
     select_on="validation/micro",
     claims=_claims(),
-    # The run cache's code key: the method's sources but its readers (results.READERS) and the
-    # loader of a user's local files, which no run imports.
-    sources=results.run_sources("fetal_gauge", besides=(*results.READERS, "local_data.py")),
+    # The run cache's code key: the method's sources but its readers (results.READERS), the
+    # loader of a user's local files and the box-size diagnosis, which no run imports.
+    sources=results.run_sources(
+        "fetal_gauge", besides=(*results.READERS, "local_data.py", "box_size_check.py")
+    ),
 )
 
 

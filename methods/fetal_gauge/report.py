@@ -10,7 +10,7 @@ import numpy as np
 from core import experiment_runner, results
 from methods.fetal_gauge.vocab import TASKS
 
-COLUMNS = (*TASKS, "VG_small", "VG_medium", "VG_large", "style_clinical", "style_phantom")
+COLUMNS = (*TASKS, "VG_small", "VG_medium", "VG_large", "clinical/micro", "phantom/micro")
 
 
 def chosen_rows(record: dict, split: str = "test") -> dict[str, list[dict]]:
