@@ -77,7 +77,7 @@ def plot(record: dict, workdir: str) -> list[str]:
     import matplotlib.pyplot as plt
 
     rows_by_arm = {a: r for a, r in chosen_rows(record).items() if a != "stub/oracle"}
-    fig, ax = plt.subplots(figsize=(11, 4))
+    fig, ax = plt.subplots(figsize=(13, 4))
     width = 0.8 / len(rows_by_arm)
     x = np.arange(len(COLUMNS))
     for i, (arm, rows) in enumerate(rows_by_arm.items()):
@@ -91,7 +91,7 @@ def plot(record: dict, workdir: str) -> list[str]:
         ax.hlines(c, j - 0.45, j + 0.45, colors="k", linestyles="dashed", lw=1)
     ax.set_xticks(x, COLUMNS, rotation=20)
     ax.set(ylabel="test accuracy", ylim=(0, 1.02), title="Fetal-Gauge on generated phantoms")
-    ax.legend(fontsize=7, ncol=3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     path = os.path.join(workdir, "fetal_gauge_accuracy.png")
     fig.savefig(path, dpi=120)
