@@ -85,6 +85,34 @@ class VLMConfig:
         return self.vit.num_tokens // self.merge**2
 
 
+def from_fields(m, *, image_height, image_width, channels, vocab_size, text_len, dtype):
+    """The VLMConfig of a config's model fields (patch_size, vit_d_model, vit_heads, vit_d_ff,
+    vit_layers, d_model, num_heads, d_ff, num_layers, optional merge), the decoder long enough
+    for the image tokens and `text_len` text tokens (what vwf_dyslexia and fetal_gauge read)."""
+    merge = m.get("merge", 1)
+    encoder = vit.ViTConfig(
+        image_height=image_height,
+        image_width=image_width,
+        channels=channels,
+        patch_size=m.patch_size,
+        d_model=m.vit_d_model,
+        num_heads=m.vit_heads,
+        d_ff=m.vit_d_ff,
+        num_layers=m.vit_layers,
+        dtype=dtype,
+    )
+    decoder = transformer.TransformerConfig(
+        vocab_size=vocab_size,
+        num_layers=m.num_layers,
+        d_model=m.d_model,
+        num_heads=m.num_heads,
+        d_ff=m.d_ff,
+        max_len=encoder.num_tokens // merge**2 + text_len,
+        dtype=dtype,
+    )
+    return VLMConfig(encoder, decoder, merge=merge)
+
+
 def _merger(cfg: VLMConfig, rngs: nnx.Rngs) -> nnx.Linear:
     """Bias-free Linear(merge^2 vit d_model -> decoder d_model) in the decoder's dtypes."""
     d_in = cfg.merge**2 * cfg.vit.d_model

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.errors import ConfigError
-from core.nn import transformer, vit, vlm
+from core.nn import vlm
 from core.precision import compute_dtype
 from methods.fetal_gauge import phantoms, text
 from methods.fetal_gauge.vocab import TASKS
@@ -34,28 +34,15 @@ K_MAX = 4  # options per question (the benchmark's k = min(4, |vocab|))
 
 
 def model_config(config) -> vlm.VLMConfig:
-    m, dtype = config.model, compute_dtype(config.dtype)
-    encoder = vit.ViTConfig(
+    return vlm.from_fields(
+        config.model,
         image_height=phantoms.SIZE,
         image_width=phantoms.SIZE,
         channels=3,
-        patch_size=m.patch_size,
-        d_model=m.vit_d_model,
-        num_heads=m.vit_heads,
-        d_ff=m.vit_d_ff,
-        num_layers=m.vit_layers,
-        dtype=dtype,
-    )
-    decoder = transformer.TransformerConfig(
         vocab_size=text.VOCAB_SIZE,
-        num_layers=m.num_layers,
-        d_model=m.d_model,
-        num_heads=m.num_heads,
-        d_ff=m.d_ff,
-        max_len=encoder.num_tokens // m.merge**2 + TEXT_LEN,
-        dtype=dtype,
+        text_len=TEXT_LEN,
+        dtype=compute_dtype(config.dtype),
     )
-    return vlm.VLMConfig(encoder, decoder, merge=m.merge)
 
 
 def encode_row(question: str, option: str, qid: str = "") -> tuple[np.ndarray, np.ndarray]:

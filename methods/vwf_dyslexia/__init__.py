@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from core import data
 from core.errors import ConfigError
 from core.method import Method
-from core.nn import transformer, vit, vlm
+from core.nn import transformer, vlm
 from core.precision import compute_dtype
 from methods.vwf_dyslexia import stimuli, tasks
 
@@ -32,29 +32,15 @@ EVAL_SEED_OFFSET = 1_000_003  # held-out examples come from a seed stream traini
 
 
 def model_config(config) -> vlm.VLMConfig:
-    m, dtype = config.model, compute_dtype(config.dtype)
-    merge = m.get("merge", 1)
-    encoder = vit.ViTConfig(
+    return vlm.from_fields(
+        config.model,
         image_height=stimuli.HEIGHT,
         image_width=stimuli.WIDTH,
         channels=1,
-        patch_size=m.patch_size,
-        d_model=m.vit_d_model,
-        num_heads=m.vit_heads,
-        d_ff=m.vit_d_ff,
-        num_layers=m.vit_layers,
-        dtype=dtype,
-    )
-    decoder = transformer.TransformerConfig(
         vocab_size=len(tasks.VOCAB),
-        num_layers=m.num_layers,
-        d_model=m.d_model,
-        num_heads=m.num_heads,
-        d_ff=m.d_ff,
-        max_len=encoder.num_tokens // merge**2 + tasks.TEXT_LEN,
-        dtype=dtype,
+        text_len=tasks.TEXT_LEN,
+        dtype=compute_dtype(config.dtype),
     )
-    return vlm.VLMConfig(encoder, decoder, merge=merge)
 
 
 def answer_logits(cfg: vlm.VLMConfig, params, batch, gate_mask_LF=None):
