@@ -216,6 +216,7 @@ PARSES = [
     ("I think it is C", ABCD, 2),
     ("vertex", FO, FO.index("cephalic")),
     ("non-standard plane", ("standard plane", "non-standard plane"), 1),
+    ("It is a non-standard plane.", ("standard plane", "non-standard plane"), 1),
     ("", ABCD, None),
     (None, ABCD, None),
 ]
@@ -238,7 +239,9 @@ def test_parse_answer_article_is_not_option_a():
 
 def _tiny_set(rng):
     img = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
-    vg = records.draw_red_box(img, (4, 5, 20, 25))
+    # write_records marks a VG image as already boxed, so load must not draw again; the image
+    # here carries no box, which makes a second drawing visible (redrawing a box is idempotent)
+    vg = np.full((32, 32, 3), 70, np.uint8)
     return [
         records.build("p1/PI", img, "PI", "femur length plane", seed=0, split="train",
                       patient_id="p1", source_dataset="src", region="femur"),
@@ -299,7 +302,7 @@ BAD_RECORDS = [
     ({"answer_idx": 2}, ("'q1'", "answer_idx")),
     ({"task": "VG", "options": ["heart", "spine"], "answer": "heart", "bbox": [0, 0, 10, 16]},
      ("'q1'", "bbox")),
-    ({"image": "missing.png"}, ("'q1'", "missing.png")),
+    ({"image": "missing.png"}, ("'q1'", "no image file", "missing.png")),
     ({"image": "http://example.org/a.png"}, ("http://example.org/a.png", "remote")),
     ({"image": "gs://bucket/a.png"}, ("gs://bucket/a.png", "remote")),
 ]  # fmt: skip
@@ -320,7 +323,7 @@ def test_bad_files_are_one_line(tmp_path):
     missing = str(tmp_path / "nope.json")
     _one_line_error(lambda: load(missing, root), missing)
     good = _write_json(tmp_path, [GOOD])
-    _one_line_error(lambda: load(good, str(tmp_path / "noimg")), "noimg")
+    _one_line_error(lambda: load(good, str(tmp_path / "noimg")), "image folder", "noimg")
     _one_line_error(lambda: load("http://host/r.json", root), "http://host/r.json", "remote")
     _one_line_error(lambda: load("gs://b/r.json", root), "gs://b/r.json", "remote")
     _one_line_error(lambda: load(good, "gs://b/images"), "gs://b/images", "remote")
