@@ -5,8 +5,8 @@ Rules, in order:
 1. Markup stripped ("**B**", "`B`"), then the standalone option letters within range: an
    upper-case letter that is not part of a word ("B", "(B)", "B.", "Answer: B", "B)"), or a
    lower-case one inside markup ("(b)", "b)", "b."). A letter inside a word is never one
-   ("Breech", "Abdomen"), nor the article "a" ("a plane"), nor a pronoun "I" followed by a word
-   ("I think") when "I" is in range. One distinct letter: that option. Two different letters:
+   ("Breech", "Abdomen"), nor the article "a" ("a plane"). Options run A-H, so the pronoun "I"
+   ("I think") is never a letter. One distinct letter: that option. Two different letters:
    ambiguous, go on to the text match.
 2. The option texts: the whole answer equals one (canonical_key, or the same normalised label
    through the task vocabularies' synonyms); else exactly one option text contained in it.
@@ -26,16 +26,14 @@ _MARKUP = re.compile(r"[*_`]")
 _UPPER = re.compile(r"(?<![A-Za-z0-9'])([A-H])(?![A-Za-z0-9'])")
 # A lower-case letter in markup: "(b)", "b)", "b." at the start or after a space / colon.
 _LOWER = re.compile(r"(?:^|(?<=[\s:(]))\(?([a-h])(?:\)|\.(?!\w))")
-_PRONOUN = re.compile(r"^\s+[a-z]")  # "I think": the letter followed by a lower-case word
+_ARTICLE = re.compile(r"^\s+[a-z]")  # "A plane": the letter followed by a lower-case word
 
 
 def _letters(text: str, k: int) -> list[int]:
     found = []
     for m in _UPPER.finditer(text):
         letter = m.group(1)
-        if letter == "I" and _PRONOUN.match(text[m.end() :]):
-            continue
-        if letter == "A" and _PRONOUN.match(text[m.end() :]) and not text[: m.start()].strip():
+        if letter == "A" and _ARTICLE.match(text[m.end() :]) and not text[: m.start()].strip():
             continue  # "A plane like this ...": the article opening a sentence
         found.append(LETTERS.index(letter))
     found += [LETTERS.index(m.group(1).upper()) for m in _LOWER.finditer(text)]
