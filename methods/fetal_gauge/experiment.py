@@ -41,7 +41,9 @@ from configs import fetal_gauge as fg_config
 from core import experiment_runner, results, train
 from core.claims import IntervalClaim, Report
 from core.experiment_runner import Arm, ClaimSpec, Experiment
-from methods.fetal_gauge import benchmark_records, harness, records, scoring, stubs
+from methods.fetal_gauge import benchmark_records, harness, make, records, scoring, stubs
+from methods.fetal_gauge.model import VLMModel, model_config
+from methods.fetal_gauge.report import plot
 
 SEEDS = (0, 1, 2)
 STUBS = ("oracle", "random", "always-a", "parse-failure")
@@ -148,9 +150,6 @@ def run_stub(config: dict) -> dict:
 
 
 def run_vlm(config, run_dir: str) -> dict:
-    from methods.fetal_gauge import make
-    from methods.fetal_gauge.model import VLMModel, model_config
-
     result = train.run(config, make(config), run_dir, devices=jax.devices()[:1])
     model = VLMModel(model_config(config), result.state.params)
     split = benchmark(config.data.num_patients)
@@ -235,8 +234,6 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
-    from methods.fetal_gauge.report import plot
-
     record = measure(workdir, quick=quick)
     claims = claims_from_results(record)
     return Report.on_protocol(

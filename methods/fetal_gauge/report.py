@@ -13,7 +13,7 @@ from methods.fetal_gauge.vocab import TASKS
 COLUMNS = (*TASKS, "VG_small", "VG_medium", "VG_large", "clinical/micro", "phantom/micro")
 
 
-def chosen_rows(record: dict, split: str = "test") -> dict[str, list[dict]]:
+def chosen_rows(record: dict) -> dict[str, list[dict]]:
     """arm -> its rows at the point chosen on validation (every seed)."""
     chosen = experiment_runner.choices(record)
     key = record["config"]["arm_key"]
@@ -42,7 +42,7 @@ def table(record: dict, split: str = "test") -> str:
     names = ("micro", "macro", "invalid_rate", *COLUMNS)
     head = "| arm | " + " | ".join(names) + " |"
     lines = [head, "|" + "---|" * (len(names) + 1)]
-    for arm, rows in chosen_rows(record, split).items():
+    for arm, rows in chosen_rows(record).items():
         cells = [_cell(rows, f"{split}/{n}") for n in names]
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     chance = [_cell(next(iter(chosen_rows(record).values())), f"{split}/{t}/chance") for t in TASKS]
