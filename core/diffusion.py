@@ -27,7 +27,7 @@ labels together), also outside the interval: the carried s must stay valid for b
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -139,9 +139,33 @@ def _check_share_every(share_every):
         raise ConfigError(f"share_every must be a positive int, got {share_every!r}")
 
 
-def _scan(update, encode, decode, x_init, y_B, times, coeffs, *, rng, guidance, share_every):
+class Trajectory(NamedTuple):
+    """A sampler's run with `trajectory=True`."""
+
+    x: jax.Array  # the final sample
+    inputs: jax.Array  # [steps, B, ...]: the sample entering each step (what the model saw)
+    aux: Any  # `correct`'s second output stacked over steps (None without `correct`)
+
+
+def _scan(
+    update,
+    encode,
+    decode,
+    x_init,
+    y_B,
+    times,
+    coeffs,
+    *,
+    rng,
+    guidance,
+    share_every,
+    correct=None,
+    trajectory=False,
+):
     """The shared sampling loop: for each step i (one scan), refresh s when i % share_every ==
-    0, predict (with guidance), then x = update(x, pred, coeffs[i], key_i)."""
+    0, predict (with guidance), then x = update(x, pred, coeffs[i], key_i), and, with
+    `correct`, (x, aux_i) = correct(x, i) (a post-step correction such as Q&C's variance
+    compensation). trajectory=True returns a `Trajectory` instead of the final x."""
     _check_share_every(share_every)
     B = x_init.shape[0]
     if guidance is None:
@@ -166,13 +190,16 @@ def _scan(update, encode, decode, x_init, y_B, times, coeffs, *, rng, guidance, 
             guided = uncond + guidance.scale * (cond - uncond)
             inside = (guidance.t_min <= t) & (t <= guidance.t_max)
             pred = jnp.where(inside, guided, cond)
-        x = update(x, pred.astype(x.dtype), coeff, jax.random.fold_in(rng, i))
-        return (x, s), None
+        x_next = update(x, pred.astype(x.dtype), coeff, jax.random.fold_in(rng, i))
+        aux = None
+        if correct is not None:
+            x_next, aux = correct(x_next, i)
+        return (x_next, s), ((x if trajectory else None), aux)
 
     steps = len(times)
     xs = (jnp.arange(steps), jnp.asarray(times, jnp.float32), coeffs)
-    (x, _), _ = lax.scan(step, (x_init, s_init), xs)
-    return x
+    (x, _), (inputs, aux) = lax.scan(step, (x_init, s_init), xs)
+    return Trajectory(x, inputs, aux) if trajectory else x
 
 
 def euler(encode, decode, x_noise, y_B, *, steps: int, guidance=None, share_every: int = 1):
@@ -218,6 +245,8 @@ def ddim(
     rng=None,
     guidance=None,
     share_every: int = 1,
+    correct=None,
+    trajectory: bool = False,
 ):
     """DDIM (Song et al.) with an eps-predicting model from x_noise at step T - 1 to data: per
     step t -> t_prev (the last to alpha_bar = 1),
@@ -227,7 +256,8 @@ def ddim(
         sigma = eta sqrt((1 - ab_prev) / (1 - ab_t) (1 - ab_t / ab_prev)).
 
     eta = 0 is deterministic (rng unused); eta = 1 over all T steps is DDPM's ancestral sampler
-    with the posterior variance (`ddpm`)."""
+    with the posterior variance (`ddpm`); eta = 1 over fewer steps is respaced DDPM. `correct`
+    and `trajectory`: as `_scan`'s (a post-step correction; the per-step inputs returned)."""
     if rng is None and not (isinstance(eta, int | float) and eta == 0):
         raise ValueError("ddim with eta != 0 needs rng")
     taus = ddim_timesteps(schedule, steps)
@@ -256,6 +286,8 @@ def ddim(
         rng=rng,
         guidance=guidance,
         share_every=share_every,
+        correct=correct,
+        trajectory=trajectory,
     )
 
 

@@ -195,12 +195,26 @@ class AdaLNBlock(nnx.Module):
 
     def __call__(self, x_BND, cond_BND, mask_BNN, positions_BN2=None):
         """positions_BN2: the patches' (row, column) for "rope2d", else None."""
+        return self.with_branches(x_BND, cond_BND, mask_BNN, positions_BN2)[0]
+
+    def with_branches(self, x_BND, cond_BND, mask_BNN, positions_BN2=None):
+        """(x_out, (attn_BND, mlp_BND)): the block's output and its two branch outputs before
+        their gates, what a FORA-style cache keeps (`replay`)."""
         mods = jnp.split(self.modulation(cond_BND), 6, axis=-1)
         shift_a, scale_a, gate_a, shift_m, scale_m, gate_m = mods
         h_BND = modulate(self.attn_norm(x_BND), shift_a, scale_a)
         y_BND, _ = self.attn(h_BND, positions_BN2, mask_BNN)
         x_BND = x_BND + gate_a * y_BND
-        return x_BND + gate_m * self.mlp(modulate(self.mlp_norm(x_BND), shift_m, scale_m))
+        m_BND = self.mlp(modulate(self.mlp_norm(x_BND), shift_m, scale_m))
+        return x_BND + gate_m * m_BND, (y_BND, m_BND)
+
+    def replay(self, x_BND, cond_BND, branches):
+        """The block with cached branch outputs: x + gate_a * attn + gate_m * mlp, the gates
+        from this step's condition (the modulation runs; attention and MLP do not)."""
+        attn_BND, mlp_BND = branches
+        mods = jnp.split(self.modulation(cond_BND), 6, axis=-1)
+        x_BND = x_BND + mods[2] * attn_BND
+        return x_BND + mods[5] * mlp_BND
 
 
 class FinalLayer(nnx.Module):
@@ -239,18 +253,27 @@ class Stack(nnx.Module):
             h_BND = h_BND + self.positions[...].astype(h_BND.dtype)
         return h_BND
 
-    def __call__(self, x_BHWC, cond_BND, keep, name):
+    def __call__(self, x_BHWC, cond_BND, keep, name, cached=None):
+        """(h_BND, branches): the last hidden tokens and every block's (attn, mlp) branch
+        outputs, computed, or with `cached` (an earlier call's branches) replayed."""
         h_BND = self.tokens(x_BHWC)
         keep(f"{name}/embed", h_BND)
+        if cached is not None:
+            for k, (block, branches) in enumerate(zip(self.blocks, cached, strict=True)):
+                h_BND = block.replay(h_BND, cond_BND, branches)
+                keep(f"{name}/blocks/{k}", h_BND)
+            return h_BND, cached
         B, N, _ = h_BND.shape
         mask_BNN = attention.make_mask("bidirectional", jnp.ones((B, N), bool))
         positions_BN2 = None
         if self.cfg.position == "rope2d":
             positions_BN2 = jnp.broadcast_to(grid_positions(self.cfg.grid), (B, N, 2))
+        computed = []
         for k, block in enumerate(self.blocks):
-            h_BND = block(h_BND, cond_BND, mask_BNN, positions_BN2)
+            h_BND, branches = block.with_branches(h_BND, cond_BND, mask_BNN, positions_BN2)
+            computed.append(branches)
             keep(f"{name}/blocks/{k}", h_BND)
-        return h_BND
+        return h_BND, tuple(computed)
 
 
 class DiT(nnx.Module):
@@ -270,31 +293,39 @@ class DiT(nnx.Module):
         self.final = FinalLayer(cfg, rngs)
         self.cfg = cfg
 
-    def encode(self, x_BHWC, t_B, y_B, keep):
+    def encode(self, x_BHWC, t_B, y_B, keep, cached=None):
+        """(s_BND, the encoder's branches); `cached`: replay the encoder's blocks from them."""
         c_B1D = jax.nn.silu(self.t_embed(t_B) + self.y_embed(y_B))[:, None]
-        s_BND = self.encoder(x_BHWC, c_B1D, keep, "encoder")
+        s_BND, branches = self.encoder(x_BHWC, c_B1D, keep, "encoder", cached)
         keep("condition", s_BND)
-        return s_BND
+        return s_BND, branches
 
-    def decode(self, x_BHWC, t_B, y_B, s_BND, keep):
+    def decode(self, x_BHWC, t_B, y_B, s_BND, keep, cached=None):
+        """(prediction, the decoder's branches: () for a plain DiT)."""
         cfg = self.cfg
         t_B1D = self.t_embed(t_B)[:, None]
+        branches = ()
         if cfg.decoder_blocks:
             cond_BND = jax.nn.silu(t_B1D + s_BND)
-            h_BND = self.decoder(x_BHWC, cond_BND, keep, "decoder")
+            h_BND, branches = self.decoder(x_BHWC, cond_BND, keep, "decoder", cached)
         else:  # plain DiT: s is the last hidden state; the final layer reads c
             cond_BND = jax.nn.silu(t_B1D + self.y_embed(y_B)[:, None])
             h_BND = s_BND
         out_BNP = self.final(h_BND, cond_BND).astype(jnp.float32)
-        return unpatchify(out_BNP, cfg.patch_size, cfg.image_size, cfg.image_size)
+        return unpatchify(out_BNP, cfg.patch_size, cfg.image_size, cfg.image_size), branches
 
 
 MODULE = PureModule(DiT)
 
 
-def model(cfg: DiTConfig, params: dict) -> DiT:
-    """The NNX module holding `params` (for code that walks the layers by hand, e.g. tests)."""
-    return MODULE.bind(cfg, params)
+def model(cfg: DiTConfig, params: dict, patch=None) -> DiT:
+    """The NNX module holding `params` (for code that walks the layers by hand, e.g. tests).
+    `patch(module)`, when given, edits the freshly bound module in place before it runs (e.g.
+    `core.quant.patch_linears`: every linear layer's product fake-quantised)."""
+    net = MODULE.bind(cfg, params)
+    if patch is not None:
+        patch(net)
+    return net
 
 
 def init_params(cfg: DiTConfig, rng: jax.Array) -> dict:
@@ -341,37 +372,65 @@ def _check_inputs(cfg, x_BHWC, t_B, y_B):
             raise ValueError(f"{name} has shape {tuple(value.shape)}, expected ({B},)")
 
 
-def encode(cfg: DiTConfig, params: dict, x_BHWC, t_B, y_B, *, capture=()):
+def encode(cfg: DiTConfig, params: dict, x_BHWC, t_B, y_B, *, capture=(), patch=None):
     """(s_BND, captured): the per-token conditions (plain DiT: the last hidden tokens) and the
-    encoder-side intermediates named in `capture`."""
+    encoder-side intermediates named in `capture`. `patch`: as `model`'s."""
     _check_inputs(cfg, x_BHWC, t_B, y_B)
     captured, keep = _keeper(cfg, capture)
-    return model(cfg, params).encode(x_BHWC, t_B, y_B, keep), captured
+    return model(cfg, params, patch).encode(x_BHWC, t_B, y_B, keep)[0], captured
 
 
-def decode(cfg: DiTConfig, params: dict, x_BHWC, t_B, y_B, s_BND, *, capture=()):
+def decode(cfg: DiTConfig, params: dict, x_BHWC, t_B, y_B, s_BND, *, capture=(), patch=None):
     """(v_BHWC float32, captured): the output given the conditions s from `encode` (possibly
     computed at an earlier step of a sampler)."""
     _check_inputs(cfg, x_BHWC, t_B, y_B)
     captured, keep = _keeper(cfg, capture)
-    return model(cfg, params).decode(x_BHWC, t_B, y_B, s_BND, keep), captured
+    return model(cfg, params, patch).decode(x_BHWC, t_B, y_B, s_BND, keep)[0], captured
 
 
-def apply(cfg: DiTConfig, params: dict, x_BHWC, t_B, y_B, *, capture=()):
+def apply(cfg: DiTConfig, params: dict, x_BHWC, t_B, y_B, *, capture=(), patch=None):
     """(v_BHWC float32, captured): the network's output (a velocity for the flow, a noise
     prediction for DDPM) at x_t [B, H, W, C], times t [B] and labels y [B] (int; the null class
     `null_label(cfg)` for the unconditional model), with the intermediates named in `capture`
     (`capture_names`)."""
+    return apply_with_branches(cfg, params, x_BHWC, t_B, y_B, capture=capture, patch=patch)[::2]
+
+
+def apply_with_branches(
+    cfg: DiTConfig, params: dict, x_BHWC, t_B, y_B, *, cached=None, capture=(), patch=None
+):
+    """(v_BHWC, branches, captured). Without `cached`: the full forward, and every block's
+    attention and MLP branch outputs before their gates ({"encoder": ((attn_BND, mlp_BND), ...
+    per block), "decoder": (...)}), what a FORA-style feature cache keeps. With `cached` (an
+    earlier call's branches): every block replayed from them (`AdaLNBlock.replay`: the residual
+    adds with this step's gates; attention and MLPs do not run). Replaying the branches of the
+    same inputs gives `apply`'s output."""
     _check_inputs(cfg, x_BHWC, t_B, y_B)
     captured, keep = _keeper(cfg, capture)
-    net = model(cfg, params)
-    s_BND = net.encode(x_BHWC, t_B, y_B, keep)
-    return net.decode(x_BHWC, t_B, y_B, s_BND, keep), captured
+    net = model(cfg, params, patch)
+    enc_cached, dec_cached = (
+        (None, None) if cached is None else (cached["encoder"], cached["decoder"])
+    )
+    s_BND, enc_branches = net.encode(x_BHWC, t_B, y_B, keep, enc_cached)
+    if cfg.decoder_blocks == 0:
+        dec_cached = None  # a plain DiT has no decoder blocks: nothing to replay
+    v_BHWC, dec_branches = net.decode(x_BHWC, t_B, y_B, s_BND, keep, dec_cached)
+    return v_BHWC, {"encoder": enc_branches, "decoder": dec_branches}, captured
 
 
-def sampler_fns(cfg: DiTConfig, params: dict):
+def sampler_fns(cfg: DiTConfig, params: dict, *, feature_cache: bool = False, patch=None):
     """(encode_fn, decode_fn) for `core.diffusion`'s samplers: encode_fn(x, t, y) -> s and
-    decode_fn(x, t, y, s) -> prediction, without captures."""
-    enc = lambda x, t, y: encode(cfg, params, x, t, y)[0]  # noqa: E731
-    dec = lambda x, t, y, s: decode(cfg, params, x, t, y, s)[0]  # noqa: E731
+    decode_fn(x, t, y, s) -> prediction, without captures.
+
+    feature_cache=True: s is every block's branch outputs (`apply_with_branches`), so the
+    samplers' `share_every=N` is FORA's cache: all branches recomputed at steps 0, N, 2N, ...
+    and replayed in between (N = 1 gives the uncached sampler's numbers)."""
+    if feature_cache:
+        enc = lambda x, t, y: apply_with_branches(cfg, params, x, t, y, patch=patch)[1]  # noqa: E731
+        dec = lambda x, t, y, s: apply_with_branches(  # noqa: E731
+            cfg, params, x, t, y, cached=s, patch=patch
+        )[0]
+        return enc, dec
+    enc = lambda x, t, y: encode(cfg, params, x, t, y, patch=patch)[0]  # noqa: E731
+    dec = lambda x, t, y, s: decode(cfg, params, x, t, y, s, patch=patch)[0]  # noqa: E731
     return enc, dec
