@@ -75,8 +75,9 @@ def measure(*, smoke: bool = False) -> Result:
         Ratio(f"bit operations over the sampler ({what}): full precision vs W4A8 + C2",
               "full precision", bops["fp"], "W4A8 + C2", bops["w4a8+c2"], "BOPs"),
     ]  # fmt: skip
-    notes = [f"platform {jax.devices()[0].platform}: int8 speed is only meaningful with int8 "
-             "matmul units (TPU / GPU); fake quantisation simulates numerics, it is not fast"]  # fmt: skip
+    platform = jax.devices()[0].platform
+    notes = [f"platform {platform}: int8 speed is only meaningful with int8 matmul units (TPU, "
+             "GPU); fake quantisation simulates numerics, it is not fast"]  # fmt: skip
     details = {
         "config": {"model": dict(config.model), "smoke": smoke, "steps": steps, "images": num},
         "seconds": {f"{n}{' int8' if i else ''}": s for (n, i), s in seconds.items()},

@@ -23,7 +23,7 @@ from core import digits
 from methods.quant_cache import calibrate, cost, sampling
 from methods.quant_cache import settings as settings_lib
 
-QC, Q, C = "w4a8+c2", "w4a8", "c2"  # the claimed setting and its two halves
+QC, Q, C = "w4a4+c2", "w4a4", "c2"  # the claimed setting and its halves (select.py)
 QC_VARIANTS = (QC, f"{QC}+kmeans", f"{QC}+tap", f"{QC}+vc")
 STREAMS = {"samples": 0, "pool": 1, "select": 2, "vc": 3}
 
@@ -169,8 +169,9 @@ def derived(m: dict) -> dict:
     ran): FD gaps between settings, and the superadditive gap over FD(fp)."""
     fd = {k.removesuffix("/fd"): v for k, v in m.items() if k.endswith("/fd")}
     out = {"test/superadditive": (fd[QC] - max(fd[Q], fd[C])) / fd["fp"]}
-    if "w8a8+c2" in fd:
-        out["test/superadditive_w8a8"] = (fd["w8a8+c2"] - max(fd["w8a8"], fd[C])) / fd["fp"]
+    for bits in ("w8a8", "w4a8"):  # reported beside the claimed setting
+        if {bits, f"{bits}+c2"} <= set(fd):
+            out[f"test/superadditive_{bits}"] = (fd[f"{bits}+c2"] - max(fd[bits], fd[C])) / fd["fp"]
     tap_vc = f"{QC}+tap+vc"
     if tap_vc in fd:
         out["test/tap_vc_gain"] = fd[QC] - fd[tap_vc]
