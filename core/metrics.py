@@ -33,6 +33,8 @@ from etils import epath
 from core import storage
 from core.errors import ConfigError, method_name
 
+MAX_SHOWN = 24  # evaluation metrics printed on one console line (the rest: JSONL only)
+
 
 class NonFiniteLossError(FloatingPointError):
     pass
@@ -128,7 +130,10 @@ class MetricsLogger:
         self.history.append(row)
         if self.write:
             self._write(row)
-            shown = " | ".join(f"{k} {v:.4g}" for k, v in row.items() if k != "step")
+            items = [(k, v) for k, v in row.items() if k != "step"]
+            shown = " | ".join(f"{k} {v:.4g}" for k, v in items[:MAX_SHOWN])
+            if len(items) > MAX_SHOWN:  # e.g. per-step curves: the JSONL row has every value
+                shown += f" | ... {len(items) - MAX_SHOWN} more in metrics.jsonl"
             print(f"{self.prefix}step {step} | {shown}", file=self.stream, flush=True)
 
     def close(self) -> None:

@@ -35,10 +35,15 @@ def collect(cfg, params, sched, cache_every: int, *, trajectories, steps, eta, r
     x_noise = jax.random.normal(k_noise, (trajectories, cfg.image_size, cfg.image_size, 1))
     y_B = jnp.asarray(labels(trajectories))
     setting = Setting("pool", cache_every=cache_every)
-    run = jax.jit(
-        lambda x, y, k: sampling.sample(cfg, params, sched, setting, x, y, k, steps=steps, eta=eta)
+    run = sampling.program(
+        ("pool", cfg, sampling.sched_key(sched), cache_every, steps, eta),
+        lambda: (
+            lambda p, x, y, k: (
+                sampling.sample(cfg, p, sched, setting, x, y, k, steps=steps, eta=eta).inputs
+            )
+        ),
     )
-    inputs = np.asarray(run(x_noise, y_B, k_sample).inputs)
+    inputs = np.asarray(run(params, x_noise, y_B, k_sample))
     S, B = inputs.shape[:2]
     t_S = np.asarray(_timesteps(sched, steps), np.float32)
     return Pool(
@@ -90,5 +95,9 @@ def ranges(cfg, params, sched, pool: Pool, rows: np.ndarray) -> dict:
     x = jnp.asarray(pool.x_PHWC[rows])
     t = jnp.asarray(pool.t_P[rows])
     y = jnp.asarray(pool.y_P[rows])
-    seen = jax.jit(lambda x, t, y: sampling.observe(cfg, params, sched, x, t, y))(x, t, y)
+    observe = sampling.program(
+        ("observe", cfg, sampling.sched_key(sched)),
+        lambda: lambda p, x, t, y: sampling.observe(cfg, p, sched, x, t, y),
+    )
+    seen = observe(params, x, t, y)
     return {path: (float(e["min"]), float(e["max"])) for path, e in seen.items()}

@@ -39,10 +39,10 @@ from methods.quant_cache.report import plot
 
 SEEDS = (0, 1, 2)
 QUICK_SETTINGS = "fp/c2/w4a4/w4a4+c2/w4a4+c2+tap+vc"
-# The files a trained model depends on (its key): the model, the loss, the data, the config.
+# The files a trained model depends on (its key, with its training config): the model, the
+# loss, the data, the loop.
 MODEL_SOURCES = (
     "methods/quant_cache/__init__.py",
-    "configs/quant_cache.py",
     "core/nn/dit.py",
     "core/nn/attention.py",
     "core/nn/layers.py",
@@ -75,7 +75,6 @@ def config_of(arm: Arm, point: dict, seed: int, quick: bool):
     c.seed = seed
     if quick:
         c.quant_cache.settings = QUICK_SETTINGS
-        c.quant_cache.num_samples = 300
     c.train.init_from = model_dir(c)
     return c
 

@@ -79,14 +79,16 @@ class Pipeline:
         k_noise, k_sample = jax.random.split(_key(self.seed, "vc"))
         x_noise = jax.random.normal(k_noise, (n, *digits.IMAGE_SHAPE))
         y_B = jnp.asarray(calibrate.labels(n))
-        fit = jax.jit(
-            lambda x, y, k, r: sampling.fit_vc(
-                self.cfg, self.params, self.sched, setting, x, y, k,
-                steps=self.steps, eta=self.eta, ranges=r,
-                eps=self.qc.vc_eps, form=self.qc.vc_form,
-            )
+        eps, form = self.qc.vc_eps, self.qc.vc_form
+        key = (self.cfg, sampling.sched_key(self.sched), setting, self.steps, self.eta, eps, form)
+        fit = sampling.program(
+            ("vc", *key),
+            lambda: lambda params, x, y, k, r: sampling.fit_vc(
+                self.cfg, params, self.sched, setting, x, y, k,
+                steps=self.steps, eta=self.eta, ranges=r, eps=eps, form=form,
+            ),
         )  # fmt: skip
-        return fit(x_noise, y_B, k_sample, ranges)
+        return fit(self.params, x_noise, y_B, k_sample, ranges)
 
     def run(self, setting):
         """(final samples [N, 8, 8, 1], labels [N], per-step variance [S + 1], seconds)."""
@@ -97,17 +99,25 @@ class Pipeline:
         x_noise = jax.random.normal(k_noise, (n, *digits.IMAGE_SHAPE))
         y_B = jnp.asarray(calibrate.labels(n))
 
-        def go(x, y, k, r, fit):
-            out = sampling.sample(
-                self.cfg, self.params, self.sched, setting, x, y, k,
-                steps=self.steps, eta=self.eta, ranges=r, vc_fit=fit,
-            )  # fmt: skip
-            every = jnp.concatenate([out.inputs, out.x[None]])
-            return out.x, jnp.var(every, axis=(1, 2, 3, 4))
+        def build():
+            def go(params, x, y, k, r, fit):
+                out = sampling.sample(
+                    self.cfg, params, self.sched, setting, x, y, k,
+                    steps=self.steps, eta=self.eta, ranges=r, vc_fit=fit,
+                )  # fmt: skip
+                every = jnp.concatenate([out.inputs, out.x[None]])
+                return out.x, jnp.var(every, axis=(1, 2, 3, 4))
 
-        compiled = jax.jit(go).lower(x_noise, y_B, k_sample, ranges, vc_fit).compile()
+            return go
+
+        go = sampling.program(
+            ("sample", self.cfg, sampling.sched_key(self.sched), setting, self.steps, self.eta),
+            build,
+        )
+        args = (self.params, x_noise, y_B, k_sample, ranges, vc_fit)
+        jax.block_until_ready(go.lower(*args).compile())  # compile (or fetch) outside the timing
         start = time.perf_counter()
-        x, var_S = jax.block_until_ready(compiled(x_noise, y_B, k_sample, ranges, vc_fit))
+        x, var_S = jax.block_until_ready(go(*args))
         return np.asarray(x), np.asarray(y_B), np.asarray(var_S), time.perf_counter() - start
 
 

@@ -19,6 +19,22 @@ from core.nn import dit
 from methods.quant_cache import vc as vc_lib
 from methods.quant_cache.settings import Setting
 
+_PROGRAMS = {}
+
+
+def program(key: tuple, build):
+    """jax.jit(build()) kept under `key`, which must name everything `build` closes over (the
+    parameters are arguments), so the seeds of one experiment compile each program once."""
+    if key not in _PROGRAMS:
+        _PROGRAMS[key] = jax.jit(build())
+    return _PROGRAMS[key]
+
+
+def sched_key(sched) -> tuple:
+    """A hashable name of a DDPM schedule (linear betas: length and end points)."""
+    return (sched.num_steps, float(sched.betas[0]), float(sched.betas[-1]))
+
+
 QUANTIZED = re.compile(r"(^|/)blocks/\d+/")  # linear-layer paths that are quantised
 
 
