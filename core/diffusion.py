@@ -23,6 +23,12 @@ guidance, pred = uncond + scale (cond - uncond), applied where t_min <= t <= t_m
 the sampler passes to the model: flow t in [0, 1], DDPM step index) and the conditional
 prediction elsewhere. With guidance every step runs the doubled batch (conditional and null
 labels together), also outside the interval: the carried s must stay valid for both halves.
+
+With `core.nn.dit.sampler_fns(..., feature_cache=True)` the carried s is every block's branch
+outputs, so share_every = N is FORA's feature cache (Q&C). ddim's `correct(x, i) -> (x, aux)` is
+applied after each step's update (a post-step correction such as Q&C's variance compensation),
+and with `trajectory=True` ddim returns a `Trajectory`: the final x, the sample entering each
+step, and correct's aux stacked over steps.
 """
 
 import math

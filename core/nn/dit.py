@@ -6,6 +6,10 @@ Flax NNX inside, pure functions over plain pytrees outside (as `core.nn.transfor
     s_BND, _ = encode(cfg, params, x_BHWC, t_B, y_B)       # per-token conditions
     v_BHWC, _ = decode(cfg, params, x_BHWC, t_B, y_B, s_BND)  # = apply's output
     enc, dec = sampler_fns(cfg, params)                    # for core.diffusion's samplers
+    v, branches, _ = apply_with_branches(cfg, params, x, t, y)            # + every block's
+    v2, _, _ = apply_with_branches(cfg, params, x2, t2, y, cached=branches)  # ... replayed
+    enc, dec = sampler_fns(cfg, params, feature_cache=True)  # FORA: share_every=N refreshes
+    v, _ = apply(cfg, params, x, t, y, patch=fn)           # fn(module) edits the bound module
 
 Architecture (DDT, "Decoupled Diffusion Transformer"; plain DiT when decoder_blocks == 0):
   c = SiLU(t_emb(t) + y_emb(y))         t_emb: sinusoidal(t * time_scale) -> Linear-SiLU-Linear;
@@ -33,6 +37,12 @@ patch's row, half by its column, `core.nn.positions.rope2d`, so scores see only 
 cfg.qk_norm (default off; DDT's and SD3's) RMS-normalises q and k per head before the rotation.
 With the defaults the parameters and numbers are those of the DiT before either option existed.
 
+Feature cache (FORA; Q&C): `apply_with_branches` returns each block's attention and MLP outputs
+before their gates; replaying them (`cached=`) runs only the adaLN modulations (this step's
+gates) and the residual adds, so a sampler that refreshes them every N steps skips attention and
+MLPs in between. `patch` (every pure function here) edits the freshly bound module before it
+runs: `core.quant.patch_linears` swaps linear layers' products for quantised ones.
+
 Capture names (`capture_names`): "encoder/embed" and "decoder/embed" (tokens + additive
 positions, before the first block), "encoder/blocks/<k>" and "decoder/blocks/<k>" (the residual
 stream after block k), "condition" (s, the encoder's output).
@@ -40,88 +50,16 @@ stream after block k), "condition" (s, the encoder's output).
 Shape suffixes: B batch, H W C image, N tokens, P patch features (p * p * C), D d_model.
 """
 
-import dataclasses
 import math
-import numbers
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from core.errors import ConfigError
 from core.nn import attention, layers
-from core.nn.image import (
-    POSITIONS,
-    check_image_blocks,
-    grid_positions,
-    patchify,
-    sincos_positions,
-    unpatchify,
-)
+from core.nn.dit_config import DIT_POSITIONS, DiTConfig  # noqa: F401  (re-exported)
+from core.nn.image import grid_positions, patchify, sincos_positions, unpatchify
 from core.nn.pure import PureModule
-
-DIT_POSITIONS = (*POSITIONS, "rope2d")
-
-
-@dataclasses.dataclass(frozen=True)
-class DiTConfig:
-    """Hyperparameters; frozen and hashable so it can be a static jit argument."""
-
-    image_size: int  # square images [B, image_size, image_size, channels]
-    channels: int
-    patch_size: int
-    d_model: int
-    num_heads: int
-    d_ff: int
-    encoder_blocks: int
-    decoder_blocks: int  # 0: plain DiT (no condition/velocity split)
-    num_classes: int  # labels 0..num_classes-1; num_classes is the null class
-    position: str = "sincos"  # DIT_POSITIONS
-    qk_norm: bool = False
-    time_scale: float = 1000.0  # t in [0, 1] (flow) -> DiT's integer-step frequency range
-    freq_dim: int = 256  # width of the sinusoidal timestep features
-    dtype: str = "float32"
-    param_dtype: str = "float32"
-    attention_impl: str = "xla"  # core.nn.attention.IMPLS
-
-    def __post_init__(self):
-        positive = ("image_size", "channels", "patch_size", "d_model", "num_heads", "d_ff")
-        for name in (*positive, "encoder_blocks", "num_classes", "freq_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-                raise ConfigError(f"DiTConfig.{name} must be a positive int, got {value!r}")
-        d = self.decoder_blocks
-        if isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 0:
-            raise ConfigError(f"DiTConfig.decoder_blocks must be an int >= 0, got {d!r}")
-        if self.image_size % self.patch_size:
-            raise ConfigError(
-                f"DiTConfig.image_size={self.image_size} must be divisible by "
-                f"patch_size={self.patch_size}"
-            )
-        if self.freq_dim % 2:
-            raise ConfigError(f"DiTConfig.freq_dim must be even, got {self.freq_dim}")
-        check_image_blocks(self, "DiTConfig", DIT_POSITIONS)
-        head_dim = self.d_model // self.num_heads
-        if self.position == "rope2d" and head_dim % 4:
-            raise ConfigError(
-                f"DiTConfig.position='rope2d' needs a head dim (d_model / num_heads = {head_dim}) "
-                "divisible by 4"
-            )
-        if not isinstance(self.qk_norm, bool):
-            raise ConfigError(f"DiTConfig.qk_norm must be a bool, got {self.qk_norm!r}")
-
-    @property
-    def grid(self) -> int:
-        """Patches per side."""
-        return self.image_size // self.patch_size
-
-    @property
-    def num_tokens(self) -> int:
-        return self.grid**2
-
-    @property
-    def patch_dim(self) -> int:
-        return self.patch_size**2 * self.channels
 
 
 def null_label(cfg: DiTConfig) -> int:

@@ -88,7 +88,9 @@ def make(config) -> Method:
     check(config)
     cfg, sched = model_config(config), schedule(config)
     if config.quant_cache.stage == "transform":
-        from methods.quant_cache import pipeline  # the transform's evaluator
+        from methods.quant_cache import pipeline, settings  # the transform's evaluator
+
+        settings.parse_list(config.quant_cache.settings)  # a bad name: one line, now
 
         return Method(
             init=functools.partial(init, cfg),

@@ -40,10 +40,14 @@ def test_transform_runs_every_kind_of_setting_over_init_from(smoke_model, tmp_pa
     assert {"eval/pool/cos_gap", "eval/pool/cos_gap_growth"} <= set(row)
 
 
-def test_the_transform_refuses_a_run_without_a_model():
+def test_the_transform_refuses_a_run_without_a_model_or_with_a_bad_setting():
     c = qc_config.get_config("size=smoke,stage=transform")
     with pytest.raises(ConfigError, match="init_from"):
         train.plan(c, make(c))
+    with pytest.raises(ConfigError, match="w4a9"):
+        make(qc_config.get_config("size=smoke,stage=transform,settings=fp/w4a9"))
+    with pytest.raises(ConfigError, match="stage"):
+        qc_config.get_config("stage=deploy")
 
 
 def test_bops_accounting(smoke_model):
