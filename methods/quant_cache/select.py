@@ -33,10 +33,16 @@ def _evaluate(settings: str, workdir: str, *, eps: float = 1.0) -> dict:
     c.quant_cache.settings, c.quant_cache.vc_eps = settings, eps
     c.train.init_from = model_dir(c)
     tc = train_config(c)
-    train.run(tc, make(tc), c.train.init_from, devices=jax.devices()[:1])
-    run_dir = os.path.join(workdir, f"{settings.replace('/', '_')}_eps{eps:g}")
-    row = train.run(c, make(c), run_dir, devices=jax.devices()[:1]).history[-1]
+    for config, where in ((tc, c.train.init_from), (c, _run_dir(workdir, settings, eps))):
+        result = train.run(config, make(config), where, devices=jax.devices()[:1])
+        if result.preempted:  # a half-trained model must never be scored: stop here
+            raise SystemExit(f"preempted in {where}; run the same command again to resume")
+    row = result.history[-1]
     return {k.removeprefix("eval/"): v for k, v in row.items() if k.endswith("/fd")}
+
+
+def _run_dir(workdir: str, settings: str, eps: float) -> str:
+    return os.path.join(workdir, f"{settings.replace('/', '_')}_eps{eps:g}")
 
 
 def choose(workdir: str) -> dict:
