@@ -6,7 +6,9 @@ The quantiser (b bits, 2 <= b <= 8; l and u the range of the data it is calibrat
     Q(x) = clip(round(x / s) + z, 0, 2^b - 1)    (integer codes)
     x_hat = s (Q(x) - z)                          (dequantised; fake_quant(x) = x_hat)
 
-Inside [l, u] the error is at most s / 2; a value on the grid s (q - z) comes back exactly.
+The range is first widened to include 0 (l <- min(l, 0), u <- max(u, 0)): then z needs no
+clipping, 0 is exact, and inside [l, u] the error is at most s / 2 (without it, data with l > 0
+would clip z to 0 and lose up to l near u). A value on the grid s (q - z) comes back exactly.
 Weights are quantised per output channel (l, u over every axis but the last of a kernel
 [..., out]), activations per tensor (one l, u from calibration data, `observe_dot_general`).
 
@@ -53,9 +55,14 @@ def _check_bits(bits: int) -> None:
 
 
 def qparams(low, high, bits: int) -> QParams:
-    """Scale and zero point of the b-bit quantiser of the range [low, high]."""
+    """Scale and zero point of the b-bit quantiser of the range [low, high], widened to include
+    0 (module docstring)."""
     _check_bits(bits)
-    low, high = jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32)
+    # With l > 0 the zero point clips to 0 and the grid s (q - z) would end at u - l < u, so
+    # values near u would lose up to l; widening to 0 (as PyTorch's min-max observers do) keeps
+    # every value of [l, u] within s / 2 of the grid and 0 exact.
+    low = jnp.minimum(jnp.asarray(low, jnp.float32), 0.0)
+    high = jnp.maximum(jnp.asarray(high, jnp.float32), 0.0)
     levels = 2**bits - 1
     scale = jnp.maximum(high - low, MIN_RANGE) / levels
     return QParams(scale, jnp.clip(jnp.round(-low / scale), 0, levels), bits)
