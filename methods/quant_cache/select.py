@@ -18,8 +18,8 @@ import sys
 import jax
 
 from configs import quant_cache as qc_config
-from core import results, train
-from methods.quant_cache import make
+from core import cache, results, train
+from methods.quant_cache import experiment, make
 from methods.quant_cache.experiment import model_dir, train_config
 
 BIT_LADDER = ("w8a8", "w4a8", "w4a6", "w3a8", "w4a4")
@@ -41,17 +41,32 @@ def _evaluate(settings: str, workdir: str, *, eps: float = 1.0) -> dict:
     return {k.removeprefix("eval/"): v for k, v in row.items() if k.endswith("/fd")}
 
 
+def _cached_evaluate(settings: str, workdir: str, *, eps: float = 1.0) -> dict:
+    """`_evaluate` through the run cache (an interrupted selection reruns only what is new)."""
+    code = results.source_hash(experiment.EXPERIMENT.sources)
+    key = {"settings": settings, "eps": eps, "seed": SEED, "split": "validation"}
+    return cache.cached(
+        lambda: _evaluate(settings, workdir, eps=eps),
+        config=key,
+        code=code,
+        root=os.path.join(workdir, "cache"),
+    )
+
+
 def _run_dir(workdir: str, settings: str, eps: float) -> str:
     return os.path.join(workdir, f"{settings.replace('/', '_')}_eps{eps:g}")
 
 
 def choose(workdir: str) -> dict:
     ladder = "/".join(["fp", "c2", *(s for b in BIT_LADDER for s in (b, f"{b}+c2"))])
-    fd = _evaluate(ladder, workdir)
+    fd = _cached_evaluate(ladder, workdir)
     bits = next((b for b in BIT_LADDER if fd[f"{b}/fd"] >= 2 * fd["fp/fd"]), None)
     if bits is None:
         raise RuntimeError(f"no rung of {BIT_LADDER} doubles FD(fp) = {fd['fp/fd']:.2f}")
-    vc = {eps: _evaluate(f"{bits}+c2+vc", workdir, eps=eps)[f"{bits}+c2+vc/fd"] for eps in EPS_GRID}
+    vc = {
+        eps: _cached_evaluate(f"{bits}+c2+vc", workdir, eps=eps)[f"{bits}+c2+vc/fd"]
+        for eps in EPS_GRID
+    }
     eps = min(vc, key=vc.get)
     return {
         "seed": SEED,
@@ -69,6 +84,7 @@ def main(argv) -> None:
     workdir = workdir or "/tmp/quant_cache_select"
     chosen = choose(workdir)
     path = os.path.join(os.path.dirname(results.path("quant_cache", "full")), "select.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(chosen, f, indent=1)
     print(json.dumps({k: v for k, v in chosen.items() if k != "fd"}, indent=1))
