@@ -8,12 +8,16 @@ import numpy as np
 
 from core import results
 
-VARIANCE_SETTINGS = ("fp", "w4a8+c2", "w4a8+c2+vc", "w4a8+c2+tap+vc")
+VARIANCE_SETTINGS = ("fp", "c2", "w4a4", "w4a4+c2", "w4a4+c2+vc", "w4a4+c2+tap+vc")
 
 
-def setting_names(rows: list[dict]) -> list[str]:
-    """The settings in the rows, in the order they ran."""
-    return [k.removesuffix("/fd") for k in rows[0] if k.endswith("/fd")]
+def setting_names(record: dict) -> list[str]:
+    """The settings of the record, in the order they ran (the run config's list)."""
+    configs = record["config"].get("run_config", {})
+    listed = [c["quant_cache"]["settings"] for c in configs.values() if "quant_cache" in c]
+    have = {k.removesuffix("/fd") for k in record["rows"][0] if k.endswith("/fd")}
+    order = listed[0].split("/") if listed else sorted(have)
+    return [name for name in order if name in have]
 
 
 def _cell(rows, metric, fmt="{:.2f}"):
@@ -32,7 +36,7 @@ def table(record: dict) -> str:
         "| setting | FD-digits, mean (seeds) | accuracy | mean abs var gap to fp | BOPs speedup |",
         "|---|---|---|---|---|",
     ]
-    for name in setting_names(rows):
+    for name in setting_names(record):
         lines.append(
             f"| {name} | {_cell(rows, f'{name}/fd')} | "
             f"{_cell(rows, f'{name}/accuracy', '{:.3f}').split(' (')[0]} | "
@@ -50,19 +54,19 @@ def _series(rows, prefix):
 
 
 def plot(record: dict, out_dir: str) -> list[str]:
-    """quant_cache.png: per-step sample variance (fp, naive Q+C, +VC, TAP+VC) and the pool's
-    mean pairwise cosine with and without cache; mean over seeds."""
+    """quant_cache.png: per-step sample variance (fp, cache, W4A4, naive Q+C, +VC, TAP+VC;
+    mean over seeds), the pool's mean pairwise cosine with and without cache, and their gap."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = record["rows"]
-    fig, (ax_var, ax_cos) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (ax_var, ax_cos, ax_gap) = plt.subplots(1, 3, figsize=(14, 3.8))
     for name in VARIANCE_SETTINGS:
         if f"{name}/var/0" in rows[0]:
             ax_var.plot(_series(rows, f"{name}/var").mean(0), label=name)
-    ax_var.set(xlabel="sampler step (0 = noise)", ylabel="sample variance", yscale="log")
+    ax_var.set(xlabel="sampler step (0 = noise)", ylabel="sample variance")
     ax_var.set_title("per-step variance")
     ax_var.legend(fontsize=8)
     if "pool/cos_cached/0" in rows[0]:
@@ -71,6 +75,12 @@ def plot(record: dict, out_dir: str) -> list[str]:
         ax_cos.set(xlabel="sampler step", ylabel="mean pairwise cosine")
         ax_cos.set_title("calibration pool similarity")
         ax_cos.legend(fontsize=8)
+        gap = _series(rows, "pool/cos_cached") - _series(rows, "pool/cos_uncached")
+        for seed_gap in gap:
+            ax_gap.plot(seed_gap, color="gray", alpha=0.6)
+        ax_gap.axhline(0, color="black", lw=0.8)
+        ax_gap.set(xlabel="sampler step", ylabel="cached - uncached cosine")
+        ax_gap.set_title("similarity gap (one line per seed)")
     fig.tight_layout()
     path = os.path.join(out_dir, "quant_cache.png")
     os.makedirs(out_dir, exist_ok=True)
@@ -80,8 +90,11 @@ def plot(record: dict, out_dir: str) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
+    """Print the table of a record (default: the committed full run) and redraw its figure
+    beside this module."""
     record = results.load("quant_cache", "full") if len(argv) < 2 else _read(argv[1])
     print(table(record))
+    print(*plot(record, os.path.dirname(os.path.abspath(__file__))))
 
 
 def _read(path: str) -> dict:
