@@ -83,11 +83,13 @@ def compensation(vc_fit):
 
 def sample(
     cfg, params, sched, setting, x_noise, y_B, rng, *, steps, eta, ranges=None, vc_fit=None,
-    int8=False,
+    int8=False, correct=None,
 ):  # fmt: skip
-    """A `diffusion.Trajectory`: the final samples and the sample entering every step."""
+    """A `diffusion.Trajectory`: the final samples and the sample entering every step. The
+    post-step correction is the fitted VC (`vc_fit`), or `correct` itself when given."""
     enc, dec = model_fns(cfg, params, sched, setting, ranges, int8=int8)
-    correct = compensation(vc_fit) if vc_fit is not None else None
+    if correct is None and vc_fit is not None:
+        correct = compensation(vc_fit)
     return diffusion.ddim(
         enc,
         dec,
@@ -116,20 +118,10 @@ def fit_vc(cfg, params, sched, setting, x_noise, y_B, rng, *, steps, eta, ranges
         k_C = vc_lib.gain(x, ref_SB[i], mu_C, eps=eps, form=form)
         return vc_lib.compensate(x, mu_C, k_C), (k_C, mu_C)
 
-    enc, dec = model_fns(cfg, params, sched, setting, ranges)
-    out = diffusion.ddim(
-        enc,
-        dec,
-        x_noise,
-        y_B,
-        sched,
-        steps=steps,
-        eta=eta,
-        rng=rng,
-        share_every=setting.cache_every,
+    out = sample(
+        cfg, params, sched, setting, x_noise, y_B, rng, steps=steps, eta=eta, ranges=ranges,
         correct=correct,
-        trajectory=True,
-    )
+    )  # fmt: skip
     return out.aux
 
 
