@@ -32,7 +32,7 @@ SIZES = {
     # the degradations the quick claims check, not the full run's quality).
     "quick": dict(d=64, heads=4, ff=128, blocks=2, steps=1500, batch=64, samples=300, pool=200,
                   calib=64, vc=64, k=8, lr=2e-3),
-    # The notes' tiny DiT (patch 2 -> 16 tokens, 4 blocks, width 128) at the length 2 cores
+    # Our plan's tiny DiT (patch 2 -> 16 tokens, 4 blocks, width 128) at the length 2 cores
     # afford (~7 min); 2,000 samples per setting as the issue asks.
     "full": dict(d=128, heads=4, ff=256, blocks=4, steps=6000, batch=128, samples=2000,
                  pool=512, calib=256, vc=256, k=32),

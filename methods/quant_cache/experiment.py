@@ -1,7 +1,7 @@
 """Q&C's experiment: one DDPM DiT trained on digits through `core.train`, then transformed (an
 evaluate-only run over `train.init_from`) under every setting, three seeds of sampling.
 
-The model (`configs/quant_cache.py`, size full: the notes' 4 blocks at width 128, 6,000 steps)
+The model (`configs/quant_cache.py`, size full: our plan's 4 blocks at width 128, 6,000 steps)
 is trained once per config and code (`model_dir`), shared by every seed. Per seed, every setting
 samples 2,000 images (50 respaced DDPM steps) from the same noise and labels; FD-digits against
 the 360 test images. No hyperparameter is chosen: every value is the paper's (TAP's alpha 0.5,
@@ -10,7 +10,7 @@ TAP; 256 calibration inputs), fixed before the first run, so nothing is selected
 
 Two choices were made on validation data only (`select.py`: FD against the validation images,
 sampling seed 100, never a test seed; `results/select.json`): the bits, W4A4 (W8A8 and W4A8 were
-within noise of full precision on validation, so nothing could be fixed there: the notes' "the
+within noise of full precision on validation, so nothing could be fixed there: our rule "the
 effect must be visible before a fix is claimed"), and VC's clamp eps = 1.0 (grid 0.1 .. 10,
 interior). Claims, fixed after those choices and before any test number (intervals over the 3
 seeds; W4A4 with a cache interval of 2 is the claimed setting; W8A8, W4A8 and N = 3 reported):

@@ -6,7 +6,7 @@ sampling seed (100) disjoint from the test seeds (0, 1, 2); the test split is no
 
 1. Bits: every setting of BIT_LADDER alone and with a cache interval of 2. Rule: the first rung
    where quantisation alone at least doubles full precision's FD (a degradation a fix can be
-   measured against; the notes: "the effect must be visible before a fix is claimed").
+   measured against: the effect must be visible before a fix is claimed).
 2. eps: Q+C+VC at the chosen bits over EPS_GRID; the lowest FD; it must not sit on the grid's
    edge.
 """
