@@ -22,10 +22,13 @@ re-seeded at the point farthest from its centroid. Pure NumPy, seeded by the `rn
 
 import numpy as np
 
+from core.errors import ConfigError
+
 
 def _check(name, ok, value):
+    # ConfigError is a ValueError: one line naming the method, the argument and its value.
     if not ok:
-        raise ValueError(f"calibration selection: {name}={value!r} is out of range")
+        raise ConfigError(f"quant_cache calibration selection: {name}={value!r} is out of range")
 
 
 def uniform_select(num_pool, n_select, *, rng):
@@ -107,14 +110,17 @@ def tap_select(
 ):
     """TAP's selection (module docstring): sorted unique pool indices."""
     n = len(x_ND)
+    _check("k", k >= 1, k)
+    _check("subsamples", subsamples >= 1, subsamples)
     _check("fraction", 0 < fraction <= 1, fraction)
+    _check("n_select", 0 < n_select <= n, n_select)
     groups = []
     for _ in range(subsamples):
         rows = np.flatnonzero(rng.random(n) < fraction)
         if len(rows) <= k:
-            raise ValueError(
-                f"TAP: a subsample of {len(rows)} rows cannot hold k={k} clusters (pool {n}, "
-                f"fraction {fraction}): use a larger pool or fraction"
+            raise ConfigError(
+                f"quant_cache TAP: a subsample of {len(rows)} rows cannot hold k={k} clusters "
+                f"(pool {n}, fraction {fraction}): use a larger pool or fraction"
             )
         labels = spectral_labels(
             affinity(x_ND[rows], t_N[rows], alpha=alpha, time_unit=time_unit), k, rng=rng

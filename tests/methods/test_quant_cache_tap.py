@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
+from core.errors import ConfigError
 from methods.quant_cache import tap
 
 
@@ -94,7 +95,11 @@ def test_bad_arguments_are_one_line_errors():
         (lambda: tap.affinity(x, t, alpha=1.5), "alpha=1.5"),
         (lambda: tap.affinity(x, t, time_unit=0), "time_unit=0"),
         (lambda: tap.tap_select(x, t, 4, k=4, rng=rng, fraction=0.05), "cannot hold k=4"),
+        (lambda: tap.tap_select(x, t, 4, k=0, rng=rng), "k=0"),
+        (lambda: tap.tap_select(x, t, 4, k=2, rng=rng, fraction=0), "fraction=0"),
+        (lambda: tap.tap_select(x, t, 21, k=2, rng=rng), "n_select=21"),
+        (lambda: tap.kmeans_select(x, 21, k=2, rng=rng), "n_select=21"),
     ]:
-        with pytest.raises(ValueError, match=words) as info:
+        with pytest.raises(ConfigError, match=words) as info:
             call()
         assert "\n" not in str(info.value)
