@@ -77,12 +77,16 @@ def affinity(x_ND, t_N, *, alpha=0.5, time_unit=1.0):
     return alpha * spatial + (1 - alpha) * temporal
 
 
+def normalized(A_NN):
+    """L = D^-1/2 A D^-1/2 (D the degrees; A symmetric, so row and column degrees agree): its
+    largest eigenvalue is 1, with eigenvector sqrt(d)."""
+    inv = 1 / np.sqrt(A_NN.sum(1))
+    return inv[:, None] * A_NN * inv[None]
+
+
 def spectral_labels(A_NN, k, *, rng):
     """Cluster labels of A's rows: normalised affinity, top-k eigenvectors, k-means."""
-    d = A_NN.sum(1)
-    inv = 1 / np.sqrt(d)
-    L = inv[:, None] * A_NN * inv[None]
-    _, vecs = np.linalg.eigh(L)
+    _, vecs = np.linalg.eigh(normalized(A_NN))
     emb = vecs[:, -k:]
     emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
     return kmeans(emb, k, rng=rng)[0]
