@@ -57,7 +57,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
             d_model=size["d"],
             num_heads=size["heads"],
             d_ff=size["ff"],
-            blocks=size["blocks"],
+            encoder_blocks=size["blocks"],  # a plain DiT: no decoder blocks
         )
     )
     # Linear betas over T = 250 steps, scaled by 1000 / T from DDPM's 1e-4..0.02 so the chain

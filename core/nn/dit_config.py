@@ -1,5 +1,6 @@
 """`DiTConfig`: the hyperparameters of `core.nn.dit`'s diffusion transformer (DiT, or DDT's
-condition encoder + velocity decoder), checked on construction; see that module for the model."""
+condition encoder + velocity decoder), checked on construction; see that module for the model.
+`from_fields` builds one from a config's model fields."""
 
 import dataclasses
 import numbers
@@ -69,3 +70,26 @@ class DiTConfig:
     @property
     def patch_dim(self) -> int:
         return self.patch_size**2 * self.channels
+
+
+def from_fields(m, *, image_size: int, channels: int, num_classes: int, dtype: str) -> DiTConfig:
+    """The DiTConfig of a config's model fields (patch_size, d_model, num_heads, d_ff,
+    encoder_blocks; optional decoder_blocks (0: plain DiT), position, qk_norm), a bad value one
+    ConfigError line starting "model:" (what dupa and quant_cache read)."""
+    try:
+        return DiTConfig(
+            image_size=image_size,
+            channels=channels,
+            patch_size=m.patch_size,
+            d_model=m.d_model,
+            num_heads=m.num_heads,
+            d_ff=m.d_ff,
+            encoder_blocks=m.encoder_blocks,
+            decoder_blocks=m.get("decoder_blocks", 0),
+            position=m.get("position", "sincos"),
+            qk_norm=m.get("qk_norm", False),
+            num_classes=num_classes,
+            dtype=dtype,
+        )
+    except ValueError as e:  # ConfigError is one too: keep its text, name the block
+        raise ConfigError(f"model: {e}") from None

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from core import data, digits, optim, steps
 from core.errors import ConfigError
 from core.method import Method
-from core.nn import dit
+from core.nn import dit, dit_config
 from core.precision import compute_dtype
 from methods.dupa import align, evaluation
 
@@ -40,24 +40,13 @@ TARGETS = ("none", "paths", "classifier")
 
 
 def model_config(config) -> dit.DiTConfig:
-    m = config.model
-    try:
-        return dit.DiTConfig(
-            image_size=8,
-            channels=1,
-            patch_size=m.patch_size,
-            d_model=m.d_model,
-            num_heads=m.num_heads,
-            d_ff=m.d_ff,
-            encoder_blocks=m.encoder_blocks,
-            decoder_blocks=m.decoder_blocks,
-            position=m.position,
-            qk_norm=m.qk_norm,
-            num_classes=digits.NUM_CLASSES,
-            dtype=compute_dtype(config.dtype),
-        )
-    except ValueError as e:
-        raise ConfigError(f"model: {e}") from None
+    return dit_config.from_fields(
+        config.model,
+        image_size=8,
+        channels=1,
+        num_classes=digits.NUM_CLASSES,
+        dtype=compute_dtype(config.dtype),
+    )
 
 
 def align_name(config) -> str:

@@ -22,27 +22,18 @@ import jax.numpy as jnp
 from core import data, diffusion, digits
 from core.errors import ConfigError
 from core.method import Method
-from core.nn import dit
+from core.nn import dit, dit_config
 from core.precision import compute_dtype
 
 
 def model_config(config) -> dit.DiTConfig:
-    m = config.model
-    try:
-        return dit.DiTConfig(
-            image_size=8,
-            channels=1,
-            patch_size=m.patch_size,
-            d_model=m.d_model,
-            num_heads=m.num_heads,
-            d_ff=m.d_ff,
-            encoder_blocks=m.blocks,
-            decoder_blocks=0,
-            num_classes=digits.NUM_CLASSES,
-            dtype=compute_dtype(config.dtype),
-        )
-    except ValueError as e:
-        raise ConfigError(f"quant_cache model: {e}") from None
+    return dit_config.from_fields(
+        config.model,
+        image_size=8,
+        channels=1,
+        num_classes=digits.NUM_CLASSES,
+        dtype=compute_dtype(config.dtype),
+    )
 
 
 def schedule(config) -> diffusion.DDPMSchedule:

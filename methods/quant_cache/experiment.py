@@ -44,6 +44,7 @@ QUICK_SETTINGS = "fp/c2/w4a4/w4a4+c2/w4a4+c2+tap+vc"
 MODEL_SOURCES = (
     "methods/quant_cache/__init__.py",
     "core/nn/dit.py",
+    "core/nn/dit_config.py",
     "core/nn/attention.py",
     "core/nn/layers.py",
     "core/diffusion.py",
