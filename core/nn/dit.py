@@ -350,8 +350,6 @@ def apply_with_branches(
         (None, None) if cached is None else (cached["encoder"], cached["decoder"])
     )
     s_BND, enc_branches = net.encode(x_BHWC, t_B, y_B, keep, enc_cached)
-    if cfg.decoder_blocks == 0:
-        dec_cached = None  # a plain DiT has no decoder blocks: nothing to replay
     v_BHWC, dec_branches = net.decode(x_BHWC, t_B, y_B, s_BND, keep, dec_cached)
     return v_BHWC, {"encoder": enc_branches, "decoder": dec_branches}, captured
 

@@ -115,9 +115,9 @@ class Pipeline:
             build,
         )
         args = (self.params, x_noise, y_B, k_sample, ranges, vc_fit)
-        jax.block_until_ready(go.lower(*args).compile())  # compile (or fetch) outside the timing
+        compiled = go.lower(*args).compile()  # outside the timing (cached after the first seed)
         start = time.perf_counter()
-        x, var_S = jax.block_until_ready(go(*args))
+        x, var_S = jax.block_until_ready(compiled(*args))
         return np.asarray(x), np.asarray(y_B), np.asarray(var_S), time.perf_counter() - start
 
 
