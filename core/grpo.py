@@ -10,9 +10,11 @@ updates on the generated tokens (`policy_loss`), each over `microbatches` slices
 
 A method replaces the parts that are not plain sampling (make_step's keyword arguments):
   rollout_fn(policy, params, batch, *, rng, gcfg) -> Rollout
-    e.g. multi-turn with a tool: the completion holds the policy's tokens and the
-    environment's replies; `Rollout.policy_mask_RN` is True only on the policy's, so the
-    environment's tokens are read by the model (they are in `mask_RN`) but get no loss.
+    e.g. multi-turn with a tool (`core.multiturn.grpo_rollout`): the completion holds the
+    policy's tokens and the environment's replies; `Rollout.policy_mask_RN` is True only on the
+    policy's, so the environment's tokens are read by the model (they are in `mask_RN`) but get
+    no loss. A Rollout's `info` (e.g. the environment's final state) reaches reward_fn as
+    `info=`.
   logprob_fn(params, scored, *, entropy) -> (logp_RN, entropy_RN or None)
     the trained policy's log-probabilities of the completion tokens (teacher-forced), and
     with entropy=True the per-token entropy of its distribution (default:
@@ -32,7 +34,7 @@ import dataclasses
 import functools
 import numbers
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -154,6 +156,9 @@ class Rollout(NamedTuple):
     mask_RN: jax.Array  # bool, True on every completion token (policy's and environment's)
     policy_mask_RN: jax.Array  # bool, True on the tokens the policy sampled
     done_R: jax.Array  # bool, the row ended (eos) rather than running out of tokens
+    # What the reward needs beyond the tokens (e.g. a multi-turn environment's final state,
+    # `core.multiturn`): reward_fn gets it as `info=` when it is not None.
+    info: Any = None
 
 
 def sample_rollout(
@@ -305,7 +310,8 @@ def make_step(
             policy, jax.lax.stop_gradient(state.params), batch, rng=sample_rng, gcfg=gcfg
         )
         batch_R = repeat_groups(batch, gcfg.group_size)
-        rewards_R, reward_metrics = reward_fn(batch_R, rolled.tokens_RN, rolled.mask_RN)
+        info = {} if rolled.info is None else {"info": rolled.info}
+        rewards_R, reward_metrics = reward_fn(batch_R, rolled.tokens_RN, rolled.mask_RN, **info)
         adv_R, informative_R = group_advantages(
             rewards_R, gcfg.group_size, scale_std=gcfg.scale_std
         )
@@ -340,5 +346,23 @@ def make_step(
             **reward_metrics,
         }
         return state.replace(params=params, opt_state=opt_state), metrics
+
+    return step
+
+
+def with_reference_from(first_rl_step: int, rl_step: Callable) -> Callable:
+    """`rl_step` whose KL reference (`state.extra["reference"]`) is the policy as RL starts at
+    step `first_rl_step` (e.g. after a supervised warm start), not the params it was initialised
+    with. The state must hold a "reference" entry from init (a placeholder of the params' shape).
+    """
+
+    def step(state, batch, *, rng):
+        # cond, not where: a copy only on the first RL step, not a select over every leaf.
+        reference = jax.lax.cond(
+            state.step == first_rl_step,
+            lambda: state.params,
+            lambda: state.extra["reference"],
+        )
+        return rl_step(state.replace(extra={**state.extra, "reference": reference}), batch, rng=rng)
 
     return step

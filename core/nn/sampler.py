@@ -107,7 +107,7 @@ def filter_logits(logits_BV, *, top_k: int = 0, top_p: float = 1.0):
     return jnp.where(keep_BV, logits_BV, -jnp.inf)
 
 
-def _choose(logits_BV, key, *, temperature, top_k, top_p):
+def choose_tokens(logits_BV, key, *, temperature, top_k, top_p):
     """Sampled tokens [B] and their (tempered, unfiltered) log-probs [B]."""
     logits_BV = logits_BV.astype(jnp.float32)
     if temperature == 0:
@@ -122,8 +122,8 @@ def _choose(logits_BV, key, *, temperature, top_k, top_p):
 
 
 def token_rule(*, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> NextInputRule:
-    """The built-in rule: `_choose` with the step's key; tokens fed as tokens; no state."""
-    choose = functools.partial(_choose, temperature=temperature, top_k=top_k, top_p=top_p)
+    """The built-in rule: `choose_tokens` with the step's key; tokens fed as tokens; no state."""
+    choose = functools.partial(choose_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
 
     def step(logits_BV, state, ctx: StepContext) -> NextInput:
         return NextInput(*choose(logits_BV, ctx.key), None, state)

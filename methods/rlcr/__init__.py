@@ -17,7 +17,6 @@ optimiser (`tx = {"warm": ..., "rl": ...}`).
 
 import functools
 
-import jax
 import numpy as np
 import optax
 
@@ -81,7 +80,7 @@ def make(config) -> Method:
     warm_step = gradient_step(warm_loss, warm_tx)
     rl_step = grpo.make_step(transformer.policy(cfg), rl_tx, reward_fn, gcfg)
     if gcfg.kl_beta > 0:
-        rl_step = _with_reference_from(warm_steps, rl_step)
+        rl_step = grpo.with_reference_from(warm_steps, rl_step)
 
     def init(rng, batch_spec):
         del batch_spec
@@ -117,17 +116,3 @@ def make(config) -> Method:
         sharding_rules=transformer.SHARDING_RULES,
     )
 
-
-def _with_reference_from(first_rl_step: int, rl_step):
-    """The KL reference is the policy as RL starts (after the warm start), not the random init."""
-
-    def step(state, batch, *, rng):
-        # cond, not where: a copy only on the first RL step, not a select over every leaf.
-        reference = jax.lax.cond(
-            state.step == first_rl_step,
-            lambda: state.params,
-            lambda: state.extra["reference"],
-        )
-        return rl_step(state.replace(extra={**state.extra, "reference": reference}), batch, rng=rng)
-
-    return step
