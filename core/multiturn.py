@@ -30,11 +30,16 @@ The loss mask: `policy_mask_RN` is True only on tokens the policy sampled; the e
 tokens are in `mask_RN` (the model reads them) but never in `policy_mask_RN` (they get no loss:
 `core.grpo` turns it into the loss weights).
 
+`player` returns the rollout's pieces (prefill, one round, whether to go on, the transcript) as
+pure functions, for a host loop over turns that jits each apart (debugging a turn, or the
+benchmark's baseline: methods/videozoomer/bench.py).
+
 `scripted` builds the same transcript from given policy turns without a model (e.g. cold-start
 SFT data from an oracle's turns), with the same environment and layout.
 """
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -117,6 +122,112 @@ def _write(buffers, offset, values):
     )
 
 
+class Player(NamedTuple):
+    """A rollout's pieces, each pure (`player`): `rollout` runs them as one `lax.while_loop`;
+    a host loop over turns (debugging, the benchmark's baseline) can jit and call them apart.
+      start(params, prompt_RP, prompt_mask_RP, env_state) -> carry   (the prompt prefilled)
+      play_round(params, rng, carry) -> carry   (one policy turn and the environment's reply)
+      running(carry) -> bool scalar             (a round is left and some episode goes on)
+      finish(carry) -> Transcript
+    """
+
+    start: Callable
+    play_round: Callable
+    running: Callable
+    finish: Callable
+
+
+def player(
+    policy: Policy,
+    env: Environment,
+    layout: Layout,
+    *,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    pad_id: int = 0,
+) -> Player:
+    """The pieces of `rollout` (its arguments but params, prompts, state and rng)."""
+    policy = as_policy(policy)
+    K, num_obs, N = layout.policy_tokens, layout.obs_tokens, layout.length
+    stop_ids = jnp.asarray(layout.stop_ids)
+
+    def feed(params, tokens_RT, mask_RT, pos_R, cache):
+        positions_RT = pos_R[:, None] + jnp.maximum(jnp.cumsum(mask_RT, axis=1) - 1, 0)
+        logits_RTV, cache = policy.apply(
+            params, tokens_RT, positions_BT=positions_RT, key_mask_BT=mask_RT, cache=cache
+        )
+        return logits_RTV, cache, pos_R + mask_RT.sum(axis=1, dtype=jnp.int32)
+
+    def start(params, prompt_RP, prompt_mask_RP, env_state):
+        R, P = prompt_RP.shape
+        prompt_mask_RP = prompt_mask_RP.astype(bool)
+        positions_RP = jnp.maximum(jnp.cumsum(prompt_mask_RP, axis=1, dtype=jnp.int32) - 1, 0)
+        logits_RPV, cache = policy.apply(
+            params,
+            prompt_RP,
+            positions_BT=positions_RP,
+            key_mask_BT=prompt_mask_RP,
+            cache=policy.init_cache(R, P + N),
+        )
+        buffers = (
+            jnp.full((R, N), pad_id, jnp.int32),
+            jnp.zeros((R, N), bool),
+            jnp.zeros((R, N), bool),
+            jnp.zeros((R, N), jnp.float32),
+        )
+        pos_R = prompt_mask_RP.sum(axis=1, dtype=jnp.int32)
+        done_R, rounds_R = jnp.zeros((R,), bool), jnp.zeros((R,), jnp.int32)
+        return (jnp.int32(0), cache, logits_RPV[:, -1], pos_R, done_R, env_state, rounds_R, buffers)
+
+    def play_round(params, rng, carry):
+        r, cache, logits_RV, pos_R, done_R, state, rounds_R, buffers = carry
+        R = pos_R.shape[0]
+
+        def policy_slot(k, inner):
+            cache, logits_RV, pos_R, active_R, turn_RK, turn_mask_RK, buffers = inner
+            key = jax.random.fold_in(rng, r * K + k)
+            tok_R, lp_R = sampler.choose_tokens(
+                logits_RV, key, temperature=temperature, top_k=top_k, top_p=top_p
+            )
+            tok_R = jnp.where(active_R, tok_R, pad_id)
+            new_RV, cache, pos_R = feed(params, tok_R[:, None], active_R[:, None], pos_R, cache)
+            logits_RV = jnp.where(active_R[:, None], new_RV[:, 0], logits_RV)
+            column = (tok_R, active_R, active_R, jnp.where(active_R, lp_R, 0.0))
+            offset = r * layout.round_tokens + k
+            buffers = _write(buffers, offset, tuple(c[:, None] for c in column))
+            turn_RK = turn_RK.at[:, k].set(tok_R)
+            turn_mask_RK = turn_mask_RK.at[:, k].set(active_R)
+            active_R = active_R & ~jnp.isin(tok_R, stop_ids)
+            return cache, logits_RV, pos_R, active_R, turn_RK, turn_mask_RK, buffers
+
+        turn = (jnp.full((R, K), pad_id, jnp.int32), jnp.zeros((R, K), bool))
+        inner = (cache, logits_RV, pos_R, ~done_R, *turn, buffers)
+        cache, logits_RV, pos_R, _, turn_RK, turn_mask_RK, buffers = lax.fori_loop(
+            0, K, policy_slot, inner
+        )
+        rounds_R = rounds_R + ~done_R
+        reply = _reply(env, state, turn_RK, turn_mask_RK, r, done_R)
+        obs_RO = jnp.where(reply.obs_mask_RO, reply.obs_RO, pad_id)
+        new_ROV, cache, pos_R = feed(params, obs_RO, reply.obs_mask_RO, pos_R, cache)
+        got_R = reply.obs_mask_RO[:, -1]  # right-aligned: the last slot is real if any is
+        logits_RV = jnp.where(got_R[:, None], new_ROV[:, -1], logits_RV)
+        zeros_RO = jnp.zeros((R, num_obs), bool)
+        reply_cols = (obs_RO, reply.obs_mask_RO, zeros_RO, jnp.zeros((R, num_obs), jnp.float32))
+        buffers = _write(buffers, r * layout.round_tokens + K, reply_cols)
+        return r + 1, cache, logits_RV, pos_R, reply.done_R, reply.state, rounds_R, buffers
+
+    def running(carry):
+        r, *_, done_R, _, _, _ = carry
+        return (r < layout.max_rounds) & ~jnp.all(done_R)
+
+    def finish(carry):
+        _, _, _, _, done_R, env_state, rounds_R, (tokens, mask, policy_mask, logprobs) = carry
+        return Transcript(tokens, mask, policy_mask, logprobs, done_R, env_state, rounds_R)
+
+    return Player(start, play_round, running, finish)
+
+
 def rollout(
     policy: Policy,
     params,
@@ -135,75 +246,10 @@ def rollout(
     """The policy and `env` take turns from left-padded prompts (module docstring); temperature 0
     is greedy. The policy's cache must be a `core.nn.transformer.KVCache`-like pytree the policy
     fills one call after another (every core model's is)."""
-    policy = as_policy(policy)
-    R, P = prompt_RP.shape
-    K, num_obs = layout.policy_tokens, layout.obs_tokens
-    N = layout.length
-    prompt_mask_RP = prompt_mask_RP.astype(bool)
-    cache = policy.init_cache(R, P + N)
-    positions_RP = jnp.maximum(jnp.cumsum(prompt_mask_RP, axis=1, dtype=jnp.int32) - 1, 0)
-    logits_RPV, cache = policy.apply(
-        params, prompt_RP, positions_BT=positions_RP, key_mask_BT=prompt_mask_RP, cache=cache
-    )
-    stop_ids = jnp.asarray(layout.stop_ids)
-    buffers = (
-        jnp.full((R, N), pad_id, jnp.int32),
-        jnp.zeros((R, N), bool),
-        jnp.zeros((R, N), bool),
-        jnp.zeros((R, N), jnp.float32),
-    )
-
-    def feed(tokens_RT, mask_RT, pos_R, cache):
-        positions_RT = pos_R[:, None] + jnp.maximum(jnp.cumsum(mask_RT, axis=1) - 1, 0)
-        logits_RTV, cache = policy.apply(
-            params, tokens_RT, positions_BT=positions_RT, key_mask_BT=mask_RT, cache=cache
-        )
-        return logits_RTV, cache, pos_R + mask_RT.sum(axis=1, dtype=jnp.int32)
-
-    def policy_slot(k, carry):
-        r, cache, logits_RV, pos_R, active_R, turn_RK, turn_mask_RK, buffers = carry
-        key = jax.random.fold_in(rng, r * K + k)
-        tok_R, lp_R = sampler.choose_tokens(
-            logits_RV, key, temperature=temperature, top_k=top_k, top_p=top_p
-        )
-        tok_R = jnp.where(active_R, tok_R, pad_id)
-        new_RV, cache, pos_R = feed(tok_R[:, None], active_R[:, None], pos_R, cache)
-        logits_RV = jnp.where(active_R[:, None], new_RV[:, 0], logits_RV)
-        column = (tok_R, active_R, active_R, jnp.where(active_R, lp_R, 0.0))
-        buffers = _write(buffers, r * layout.round_tokens + k, tuple(c[:, None] for c in column))
-        turn_RK = turn_RK.at[:, k].set(tok_R)
-        turn_mask_RK = turn_mask_RK.at[:, k].set(active_R)
-        active_R = active_R & ~jnp.isin(tok_R, stop_ids)
-        return r, cache, logits_RV, pos_R, active_R, turn_RK, turn_mask_RK, buffers
-
-    def round_body(carry):
-        r, cache, logits_RV, pos_R, done_R, state, rounds_R, buffers = carry
-        turn = (jnp.full((R, K), pad_id, jnp.int32), jnp.zeros((R, K), bool), buffers)
-        inner = (r, cache, logits_RV, pos_R, ~done_R, *turn)
-        _, cache, logits_RV, pos_R, _, turn_RK, turn_mask_RK, buffers = lax.fori_loop(
-            0, K, policy_slot, inner
-        )
-        rounds_R = rounds_R + ~done_R
-        reply = _reply(env, state, turn_RK, turn_mask_RK, r, done_R)
-        obs_RO = jnp.where(reply.obs_mask_RO, reply.obs_RO, pad_id)
-        new_ROV, cache, pos_R = feed(obs_RO, reply.obs_mask_RO, pos_R, cache)
-        got_R = reply.obs_mask_RO[:, -1]  # right-aligned: the last slot is real if any is
-        logits_RV = jnp.where(got_R[:, None], new_ROV[:, -1], logits_RV)
-        zeros_RO = jnp.zeros((R, num_obs), bool)
-        reply_cols = (obs_RO, reply.obs_mask_RO, zeros_RO, jnp.zeros((R, num_obs), jnp.float32))
-        buffers = _write(buffers, r * layout.round_tokens + K, reply_cols)
-        return r + 1, cache, logits_RV, pos_R, reply.done_R, reply.state, rounds_R, buffers
-
-    def cond(carry):
-        r, *_, done_R, _, _, _ = carry
-        return (r < layout.max_rounds) & ~jnp.all(done_R)
-
-    pos_R = prompt_mask_RP.sum(axis=1, dtype=jnp.int32)
-    done_R = jnp.zeros((R,), bool)
-    carry = (jnp.int32(0), cache, logits_RPV[:, -1], pos_R, done_R, env_state)
-    carry = lax.while_loop(cond, round_body, (*carry, jnp.zeros((R,), jnp.int32), buffers))
-    _, _, _, _, done_R, env_state, rounds_R, (tokens, mask, policy_mask, logprobs) = carry
-    return Transcript(tokens, mask, policy_mask, logprobs, done_R, env_state, rounds_R)
+    p = player(policy, env, layout, temperature=temperature, top_k=top_k, top_p=top_p,
+               pad_id=pad_id)  # fmt: skip
+    carry = p.start(params, prompt_RP, prompt_mask_RP, env_state)
+    return p.finish(lax.while_loop(p.running, functools.partial(p.play_round, params, rng), carry))
 
 
 def scripted(env: Environment, env_state, turns_RMK, layout: Layout, *, pad_id: int = 0):

@@ -64,7 +64,7 @@ def make(config) -> Method:
     rl_tx = optim.make(config.optim, max(config.train.steps - sft.steps, 1))
     reward_fn = functools.partial(policy.reward, weights=reward_weights(config))
     rollout_fn = multiturn.grpo_rollout(env.init, env.ENV, env.LAYOUT)
-    rl_step = grpo.make_step(transformer.policy(cfg), rl_tx, reward_fn, gcfg, rollout_fn=rollout_fn)
+    rl_step = grpo.make_step(policy.policy_of(cfg), rl_tx, reward_fn, gcfg, rollout_fn=rollout_fn)
     if gcfg.kl_beta > 0:
         rl_step = grpo.with_reference_from(sft.steps, rl_step)
     sft_step = gradient_step(functools.partial(policy.sft_loss, cfg), sft_tx)

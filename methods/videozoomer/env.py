@@ -7,8 +7,8 @@ A policy turn is one of
                                             has written ANSWER already: the turn is A_a EOS)
 Anything else is malformed. The segment is clipped to the video, [0, NUM_FRAMES], and the zoom
 returns n = int(fps * (t1 - t0)) frames (the official code's integer truncation) at indices
-t0 + floor(j (t1 - t0) / n), j < n, each as (time token, content token):
-  OBS (TIME, C) x n END
+t0 + floor(j (t1 - t0) / n), j < n, each one frame token (content and time):
+  OBS FRAME x n END
 A zoom with n outside [1, MAX_ZOOM_FRAMES] (over the frame budget, or an empty segment), a zoom
 on the last round, or a malformed turn gets the error reply OBS ERROR END and breaks the format;
 an EOS ends the episode. The reply before the last round ends with ANSWER: the answer is forced
@@ -29,7 +29,7 @@ from methods.videozoomer import video as v
 MAX_ZOOM_FRAMES = 16
 MAX_ROUNDS = 5  # at most 4 zooms, then a forced answer
 POLICY_TOKENS = 6  # RECHECK ZOOM TIME TIME FPS EOT
-OBS_TOKENS = 2 * MAX_ZOOM_FRAMES + 3  # OBS (TIME, C) x 16 END ANSWER
+OBS_TOKENS = MAX_ZOOM_FRAMES + 3  # OBS FRAME x 16 END ANSWER
 LAYOUT = multiturn.Layout(MAX_ROUNDS, POLICY_TOKENS, OBS_TOKENS, stop_ids=(v.EOT, v.EOS))
 _FPS_NUM = jnp.asarray([n for n, _ in v.FPS])
 _FPS_DEN = jnp.asarray([d for _, d in v.FPS])
@@ -106,11 +106,10 @@ def step(state: State, tokens_RK, mask_RK, r) -> multiturn.Turn:
     # The reply, left-aligned first: OBS, the frames (or ERROR), END, then ANSWER if forced next.
     idx_RJ = jnp.clip(zoom_indices(t0_R, t1_R, n_R), 0, v.NUM_FRAMES - 1)
     content_RJ = jnp.take_along_axis(state.frames_RF, idx_RJ, axis=1)
-    pairs_RJ2 = jnp.stack([v.TIME0 + idx_RJ // v.TIME_STEP, v.CONTENT0 + content_RJ], axis=2)
     R = tokens_RK.shape[0]
-    body_R = jnp.where(zoom_ok_R[:, None], pairs_RJ2.reshape(R, -1), v.PAD)
+    body_R = jnp.where(zoom_ok_R[:, None], v.frame_token(content_RJ, idx_RJ), v.PAD)
     body_R = body_R.at[:, 0].set(jnp.where(zoom_ok_R, body_R[:, 0], v.ERROR))
-    n_tokens_R = jnp.where(zoom_ok_R, 2 * n_R, 1)
+    n_tokens_R = jnp.where(zoom_ok_R, n_R, 1)
     reply_RO = jnp.concatenate([jnp.full((R, 1), v.OBS), body_R, jnp.zeros((R, 2), int)], 1)
     cols = jnp.arange(OBS_TOKENS)
     reply_RO = jnp.where(cols == (n_tokens_R + 1)[:, None], v.END, reply_RO)

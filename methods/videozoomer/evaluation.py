@@ -11,7 +11,6 @@ import jax
 import numpy as np
 
 from core import multiturn
-from core.nn import transformer
 from methods.videozoomer import env, oracle, policy
 from methods.videozoomer import video as v
 
@@ -30,7 +29,7 @@ def held_out(num_per_kind: int, seed: int) -> dict[str, np.ndarray]:
 def _greedy(cfg, params, batch):
     state = env.init(batch)
     out = multiturn.rollout(
-        transformer.policy(cfg), params, batch["prompt"], batch["prompt_mask"], env.ENV, state,
+        policy.policy_of(cfg), params, batch["prompt"], batch["prompt_mask"], env.ENV, state,
         env.LAYOUT, rng=jax.random.key(0), temperature=0.0, pad_id=v.PAD,
     )  # fmt: skip
     correct_R, formed_R = policy.outcome(batch, out.env_state)

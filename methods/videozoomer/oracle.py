@@ -6,9 +6,9 @@ Scripts (policy turns [B, MAX_ROUNDS, POLICY_TOKENS], pad after each turn's stop
 - reflection: search in time order: zoom the earlier occurrence; when that was the decoy (the
   reply shows nothing), RECHECK and zoom the later one; then answer. A wrong first zoom, a
   recheck, the right zoom: the recovery the paper's reflection data teaches.
-Every zoom covers [h - 8, h + 24) at fps 1/2 (16 frames, every other frame), h the first glance
-frame inside the occurrence: since the occurrence starts in (h - 16, h], its event region
-[a + 8, a + 24) lies inside, and every event (>= 2 frames) shows in every-other-frame sampling.
+Every zoom covers [h, h + 16) at fps 1 (16 frames, every frame), h the occurrence's first glance
+frame: the event region. Its arguments are the time tokens of the occurrence's two glance frames
+(h and h + 16), both in the glance: the policy copies them, no arithmetic on times.
 
 The perfect reader (`reader_accuracy`): what a reader that perceives every frame it is shown
 without error gets from `count` uniform frames (the glance rule, floor(j F / count)). It answers
@@ -24,13 +24,12 @@ import numpy as np
 from methods.videozoomer import env
 from methods.videozoomer import video as v
 
-HALF_FPS = v.FPS0 + v.FPS.index((1, 2))
+FULL_FPS = v.FPS0 + v.FPS.index((1, 1))
 
 
 def zoom_turn(start: int, recheck: bool = False) -> list[int]:
-    h = v.first_glance_hit(int(start))
-    i0 = max(h // v.TIME_STEP - 1, 0)
-    turn = [v.ZOOM, v.TIME0 + i0, v.TIME0 + h // v.TIME_STEP + 3, HALF_FPS, v.EOT]
+    i = v.first_glance_hit(int(start)) // v.TIME_STEP
+    turn = [v.ZOOM, v.TIME0 + i, v.TIME0 + i + 1, FULL_FPS, v.EOT]
     return [v.RECHECK, *turn] if recheck else turn
 
 

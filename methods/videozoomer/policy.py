@@ -5,15 +5,20 @@
     loss, metrics = sft_loss(cfg, params, batch)   # batch["script"]: the oracle's turns
 
 The policy is the core decoder LM over the whole transcript: the question and the glance, then
-its turns and the environment's replies (`core.multiturn`, `env.LAYOUT`). Frames are tokens
-(time, content), so the shared decoder reads them as it reads text (the notes' symbolic frames;
-the VLM's image path would encode sprites, which this task does not have).
+its turns and the environment's replies (`core.multiturn`, `env.LAYOUT`). A frame is one token
+embedded as its content's embedding plus its time's (`policy_of`: the notes' "frame embedding
+plus a time embedding"), the same time embeddings the policy's zoom arguments use; the shared
+decoder reads frames as it reads text (symbolic frames: the VLM's image path would encode
+sprites, which this task does not have).
 """
+
+import functools
 
 import jax.numpy as jnp
 
 from core import grpo, multiturn
 from core.nn import transformer
+from core.nn.policy import Policy
 from methods.videozoomer import env
 from methods.videozoomer import video as v
 
@@ -29,6 +34,33 @@ def model_config(model, dtype: str) -> transformer.TransformerConfig:
         d_ff=model.d_ff,
         max_len=MAX_LEN,
         dtype=dtype,
+    )
+
+
+def frame_embed(cfg, params, tokens_BT):
+    """Token embeddings; a frame token's is its content token's plus its time token's."""
+    is_frame, content, time = v.frame_parts(tokens_BT)
+    base_BTD = transformer.embed(cfg, params, jnp.where(is_frame, content, tokens_BT))
+    time_BTD = transformer.embed(cfg, params, time)
+    return base_BTD + jnp.where(is_frame[..., None], time_BTD, 0)
+
+
+@functools.lru_cache(maxsize=16)
+def policy_of(cfg: transformer.TransformerConfig) -> Policy:
+    """The core LM as a `Policy` reading frames as content + time (one object per cfg, so jit
+    caches hit). The frame tokens' own embedding rows are never read; the head scores them too,
+    and training teaches it never to emit one."""
+
+    def embed(params, tokens_BT):
+        return frame_embed(cfg, params, tokens_BT)
+
+    def apply(params, tokens_BT=None, *, embeddings_BTD=None, **kw):
+        if embeddings_BTD is None:
+            embeddings_BTD = embed(params, tokens_BT)
+        return transformer.apply(cfg, params, embeddings_BTD=embeddings_BTD, **kw)
+
+    return Policy(
+        apply=apply, init_cache=functools.partial(transformer.init_cache, cfg), embed=embed
     )
 
 
@@ -62,7 +94,7 @@ def sft_loss(cfg, params, batch, *, rng=None, extra=None):
     del rng, extra
     out = multiturn.scripted(env.ENV, env.init(batch), batch["script"], env.LAYOUT, pad_id=v.PAD)
     logp_RN = grpo.token_logprobs(
-        transformer.policy(cfg),
+        policy_of(cfg),
         params,
         batch["prompt"],
         batch["prompt_mask"],

@@ -2,10 +2,16 @@
 
 A video is NUM_FRAMES = 512 frames at 1 frame per second. Each frame is one content token: a
 scene (one of 4 backgrounds) and an event in it (none, a jump, or a flash of one of 6 colours).
-The background is a run of scene segments. The question's scene occurs exactly twice, each time
-for SCENE_LEN = 32 frames: one occurrence holds the event, the other (the decoy) holds nothing,
-and nothing in the glance tells them apart unless a glance frame happens to land on the event.
-The event lies in frames [a + 8, a + 24) of its occurrence (which starts at frame a):
+The background is a run of scene segments. Every question is about one recurring place, scene
+TARGET_SCENE = 0 (the question shows a plain frame of it): with the scene drawn per question, the
+3-layer policy did not learn to match the question's scene to the glance's frames within the
+cold-start budget (the zoom went to the marginal positions; README), and perception is not what
+this experiment is about: the pretrained VLM of the paper sees what a frame shows. The question's
+scene occurs exactly twice, each time
+for SCENE_LEN = 32 frames (so the glance, every 16th frame, lands in each occurrence twice, at h
+and h + 16): one occurrence holds the event, the other (the decoy) holds nothing, and nothing in
+the glance tells them apart unless its frame happens to land on the event. The events lie in
+[h, h + 16), between the occurrence's two glance frames:
 - needle: "what colour flashed in scene s?": one flash of 3-6 frames;
 - count:  "how many times did something jump in scene s?": k in 1..4 jumps of 2 frames each,
   at least 2 frames apart;
@@ -13,10 +19,15 @@ The event lies in frames [a + 8, a + 24) of its occurrence (which starts at fram
   then, at least 2 frames later, one of another colour (2-3 frames).
 Answers are one of 6 answer tokens (a colour, or a count 1..4).
 
-The prompt is [BOS, question kind, scene, (colour, order only), GLANCE, then the glance: 32
-frames at indices floor(j * 512 / 32) = 16 j, each as (time token, content token), END],
-left-padded to PROMPT_LEN. Time tokens count TIME_STEP = 8 s each; TIME0..TIME71 reach past the
-video's end (576 s) so that a zoom can ask for too much and be clipped.
+A frame is ONE token, FRAME(content, time): the policy embeds it as the sum of its content
+token's and its time token's embeddings (`policy.policy_of`, the notes' "frame embedding plus a
+time embedding"), so a frame's timestamp is read where the frame is, and a zoom's time arguments
+are the same time tokens. The question names its scene by showing it: the content token of a
+plain frame of that scene (a reference picture). The prompt is [BOS, question kind, scene,
+(colour, order only), GLANCE, the glance: 32 frames at indices floor(j * 512 / 32) = 16 j, END],
+left-padded to PROMPT_LEN. Time tokens count TIME_STEP = 16 s each (a glance frame's time is
+exact); TIME0..TIME35 reach past the video's end (560 s) so that a zoom can ask for too much and
+be clipped.
 
 Shape suffixes: F frames of a video, P prompt tokens.
 """
@@ -24,12 +35,13 @@ Shape suffixes: F frames of a video, P prompt tokens.
 import numpy as np
 
 NUM_FRAMES = 512
-TIME_STEP = 8  # seconds per time token
-NUM_TIMES = 72  # TIME0 .. TIME71: 0 .. 568 s
+TIME_STEP = 16  # seconds per time token: the glance's stride
+NUM_TIMES = 36  # TIME0 .. TIME35: 0 .. 560 s
 GLANCE_FRAMES = 32
 SCENE_LEN = 32
-EVENT_REGION = (8, 24)  # frames [a + 8, a + 24) of the occurrence starting at a
+EVENT_LEN = 16  # [h, h + 16) from the occurrence's first glance frame h
 NUM_SCENES, NUM_COLOURS = 4, 6
+TARGET_SCENE = 0
 EVENTS = 2 + NUM_COLOURS  # 0 none, 1 jump, 2 + c a flash of colour c
 NUM_ANSWERS = 6
 MAX_JUMPS = 4
@@ -39,24 +51,38 @@ KINDS = ("needle", "count", "order")
 _NAMES = [
     "PAD", "BOS", "EOS", "GLANCE", "OBS", "END", "ERROR", "ZOOM", "EOT", "RECHECK", "ANSWER",
     *(f"Q_{k.upper()}" for k in KINDS),
-    *(f"SCENE{s}" for s in range(NUM_SCENES)),
     *(f"COLOUR{c}" for c in range(NUM_COLOURS)),
     *(f"A{a}" for a in range(NUM_ANSWERS)),
     *(f"FPS{i}" for i in range(len(FPS))),
     *(f"TIME{t}" for t in range(NUM_TIMES)),
     *(f"C{s}_{e}" for s in range(NUM_SCENES) for e in range(EVENTS)),
+    *(f"F{s}_{e}@{t}" for s in range(NUM_SCENES) for e in range(EVENTS) for t in range(NUM_TIMES)),
 ]  # fmt: skip
 TOKENS = {name: i for i, name in enumerate(_NAMES)}
 VOCAB_SIZE = len(_NAMES)
 PAD, BOS, EOS, GLANCE, OBS, END, ERROR, ZOOM, EOT, RECHECK, ANSWER = range(11)
-Q0, SCENE0, COLOUR0 = TOKENS["Q_NEEDLE"], TOKENS["SCENE0"], TOKENS["COLOUR0"]
+Q0, COLOUR0 = TOKENS["Q_NEEDLE"], TOKENS["COLOUR0"]
 A0, FPS0, TIME0, CONTENT0 = TOKENS["A0"], TOKENS["FPS0"], TOKENS["TIME0"], TOKENS["C0_0"]
-PROMPT_LEN = 5 + 2 * GLANCE_FRAMES + 1
+FRAME0 = TOKENS["F0_0@0"]
+NUM_CONTENTS = NUM_SCENES * EVENTS
+PROMPT_LEN = 5 + GLANCE_FRAMES + 1
 
 
 def content(scene, event):
     """The content index (0 .. NUM_SCENES * EVENTS - 1) of a frame; its token is CONTENT0 + it."""
     return scene * EVENTS + event
+
+
+def frame_token(content_idx, frame_idx):
+    """The token of a frame: its content index and its time (frame index // TIME_STEP)."""
+    return FRAME0 + content_idx * NUM_TIMES + frame_idx // TIME_STEP
+
+
+def frame_parts(tokens):
+    """(is a frame, content token, time token) of token ids (NumPy or JAX arrays)."""
+    is_frame = tokens >= FRAME0
+    offset = (tokens - FRAME0) * is_frame
+    return is_frame, CONTENT0 + offset // NUM_TIMES, TIME0 + offset % NUM_TIMES
 
 
 def glance_indices(count: int, num_frames: int = NUM_FRAMES) -> np.ndarray:
@@ -65,7 +91,7 @@ def glance_indices(count: int, num_frames: int = NUM_FRAMES) -> np.ndarray:
 
 
 def first_glance_hit(start: int) -> int:
-    """The first glance frame (a multiple of 16) inside an occurrence starting at `start`."""
+    """The first glance frame (a multiple of 16) inside the occurrence starting at `start`."""
     stride = NUM_FRAMES // GLANCE_FRAMES
     return -(-start // stride) * stride
 
@@ -96,14 +122,13 @@ def sample_video(rng: np.random.Generator, kind: str | None = None) -> dict:
     """One video and question: frames (content indices [F]), kind, scene, the two occurrence
     starts (event first), the question's colour (order), the answer index (0 .. 5)."""
     kind = KINDS[rng.integers(len(KINDS))] if kind is None else kind
-    scene = int(rng.integers(NUM_SCENES))
+    scene = TARGET_SCENE
     while True:  # two occurrences, apart by at least one occurrence's length
         starts = rng.integers(0, NUM_FRAMES - SCENE_LEN + 1, size=2)
         if abs(int(starts[0]) - int(starts[1])) >= 2 * SCENE_LEN:
             break
     event_F = np.zeros(NUM_FRAMES, np.int64)
-    lo = int(starts[0]) + EVENT_REGION[0]
-    room = EVENT_REGION[1] - EVENT_REGION[0]
+    lo, room = first_glance_hit(int(starts[0])), EVENT_LEN
     colour = -1
     if kind == "needle":
         length = int(rng.integers(3, 7))
@@ -127,11 +152,11 @@ def sample_video(rng: np.random.Generator, kind: str | None = None) -> dict:
 
 def prompt(video: dict) -> np.ndarray:
     """The prompt tokens (unpadded): question, then the glance with its timestamps."""
-    question = [BOS, Q0 + video["kind"], SCENE0 + video["scene"]]
+    question = [BOS, Q0 + video["kind"], CONTENT0 + content(video["scene"], 0)]
     if KINDS[video["kind"]] == "order":
         question.append(COLOUR0 + video["colour"])
     idx = glance_indices(GLANCE_FRAMES)
-    glance = np.stack([TIME0 + idx // TIME_STEP, CONTENT0 + video["frames"][idx]], 1).ravel()
+    glance = frame_token(video["frames"][idx], idx)
     return np.concatenate([question, [GLANCE], glance, [END]]).astype(np.int32)
 
 

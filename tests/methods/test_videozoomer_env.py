@@ -32,13 +32,12 @@ def reply_of(batch, tokens, r=0, row=0):
 @pytest.mark.parametrize(
     "i0, i1, fps, t1",
     [
-        (10, 12, TWO, 96),  # 16 s at fps 2: 32 frames, over budget
-        (10, 14, HALF, 112),  # 32 s at 1/2: 16 frames
-        (10, 12, ONE, 96),  # 16 s at 1: 16 frames
-        (10, 13, v.FPS0, 104),  # 24 s at 1/4: int(6.0) = 6
-        (10, 11, v.FPS0, 88),  # 8 s at 1/4: int(2.0) = 2
-        (10, 11, TWO, 88),  # 8 s at 2: 16 frames, each shown twice
-        (62, 70, HALF, v.NUM_FRAMES),  # [496, 560) clipped to [496, 512): 8 frames
+        (10, 11, TWO, 176),  # 16 s at fps 2: 32 frames, over budget
+        (10, 12, HALF, 192),  # 32 s at 1/2: 16 frames
+        (10, 11, ONE, 176),  # 16 s at 1: 16 frames
+        (10, 13, v.FPS0, 208),  # 48 s at 1/4: 12 frames
+        (10, 11, v.FPS0, 176),  # 16 s at 1/4: 4 frames
+        (31, 35, v.FPS0, v.NUM_FRAMES),  # [496, 560) clipped to [496, 512): 4 frames
     ],
 )
 def test_a_zoom_returns_int_fps_times_length_frames_at_the_environments_indices(i0, i1, fps, t1):
@@ -53,17 +52,17 @@ def test_a_zoom_returns_int_fps_times_length_frames_at_the_environments_indices(
         assert not out.state.format_ok_R[0] and out.state.zooms_R[0] == 0
         return
     idx = t0 + np.arange(expected_n) * (t1 - t0) // expected_n
-    want = np.stack([v.TIME0 + idx // v.TIME_STEP, v.CONTENT0 + batch["frames"][0][idx]], 1)
-    np.testing.assert_array_equal(obs, [v.OBS, *want.ravel(), v.END])
+    want = v.frame_token(batch["frames"][0][idx], idx)
+    np.testing.assert_array_equal(obs, [v.OBS, *want, v.END])
     assert out.state.frames_R[0] == v.GLANCE_FRAMES + expected_n
     assert out.state.zooms_R[0] == 1 and out.state.format_ok_R[0] and not out.done_R[0]
 
 
 def test_over_budget_empty_and_malformed_turns_get_the_error_reply(batch):
     bad = [
-        turn(v.ZOOM, v.TIME0 + 10, v.TIME0 + 20, ONE, v.EOT),  # 80 frames
+        turn(v.ZOOM, v.TIME0 + 10, v.TIME0 + 15, ONE, v.EOT),  # 80 frames
         turn(v.ZOOM, v.TIME0 + 12, v.TIME0 + 12, ONE, v.EOT),  # empty segment
-        turn(v.ZOOM, v.TIME0 + 70, v.TIME0 + 71, ONE, v.EOT),  # wholly past the end
+        turn(v.ZOOM, v.TIME0 + 33, v.TIME0 + 35, ONE, v.EOT),  # wholly past the end
         turn(v.ZOOM, v.TIME0 + 10, HALF, v.EOT),  # a missing time
         turn(v.A0, v.EOT),
     ]
@@ -74,7 +73,7 @@ def test_over_budget_empty_and_malformed_turns_get_the_error_reply(batch):
 
 
 def test_the_last_round_forces_an_answer(batch):
-    zoom = turn(v.ZOOM, v.TIME0 + 10, v.TIME0 + 14, HALF, v.EOT)
+    zoom = turn(v.ZOOM, v.TIME0 + 10, v.TIME0 + 11, ONE, v.EOT)
     _, obs = reply_of(batch, zoom, r=env.MAX_ROUNDS - 2)
     assert obs[-1] == v.ANSWER and obs[-2] == v.END  # the environment writes ANSWER
     out, _ = reply_of(batch, zoom, r=env.MAX_ROUNDS - 1)  # no zoom on the last round
@@ -86,8 +85,8 @@ def test_the_last_round_forces_an_answer(batch):
 
 
 def test_recheck_marker_is_part_of_a_well_formed_zoom(batch):
-    out, obs = reply_of(batch, turn(v.RECHECK, v.ZOOM, v.TIME0 + 10, v.TIME0 + 14, HALF, v.EOT))
-    assert out.state.zooms_R[0] == 1 and len(obs) == 2 + 2 * 16
+    out, obs = reply_of(batch, turn(v.RECHECK, v.ZOOM, v.TIME0 + 10, v.TIME0 + 11, ONE, v.EOT))
+    assert out.state.zooms_R[0] == 1 and len(obs) == 2 + 16
 
 
 @pytest.mark.parametrize("reflection", [False, True])
@@ -105,7 +104,8 @@ def test_scripts_zoom_onto_the_event_and_answer_right(batch, reflection):
     for b in range(B):
         lo = batch["starts"][b, 0]
         events = batch["frames"][b][lo : lo + v.SCENE_LEN] % v.EVENTS
-        shown = set(np.asarray(out.tokens_RN[b])[np.asarray(out.mask_RN[b])] - v.CONTENT0)
+        is_frame, contents, _ = v.frame_parts(np.asarray(out.tokens_RN[b]))
+        shown = set(contents[is_frame & np.asarray(out.mask_RN[b])] - v.CONTENT0)
         wanted = {batch["scene"][b] * v.EVENTS + e for e in set(events) - {0}}
         assert wanted <= shown, b
 
