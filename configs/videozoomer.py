@@ -28,11 +28,13 @@ ARMS = {
 }
 SIZES = {
     # layers, d_model, heads, d_ff, SFT steps, RL steps, videos per step, group size
-    "smoke": dict(layers=1, d_model=32, heads=2, d_ff=64, sft=2, rl=1, videos=4, group=2),
-    "small": dict(layers=3, d_model=128, heads=4, d_ff=384, sft=800, rl=100, videos=16, group=8),
+    "smoke": dict(layers=1, d_model=32, heads=2, d_ff=64, sft=2, rl=1, videos=8, group=2),
+    "small": dict(layers=3, d_model=128, heads=4, d_ff=384, sft=800, rl=60, videos=16, group=8),
 }
 
-DECLARATIONS = Declarations(largest="size=small")
+# What launch.aot, device_check and the generic tests need (core.declarations); the large
+# targets shard the videos over up to 256 devices.
+DECLARATIONS = Declarations(largest="size=small", largest_overrides={"train.batch_size": 256})
 
 
 def get_config(arg: str | None = None) -> ConfigDict:

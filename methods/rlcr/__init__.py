@@ -115,4 +115,3 @@ def make(config) -> Method:
         ),
         sharding_rules=transformer.SHARDING_RULES,
     )
-

@@ -90,7 +90,7 @@ def _rollouts(s: Setup):
             carry = play_round(s.params, rng, carry)
         return jax.block_until_ready(finish(carry))
 
-    return (lambda: jax.block_until_ready(whole(*args, state, rng=rng))), by_turn
+    return (lambda: jax.block_until_ready(whole(*args, env_state=state, rng=rng))), by_turn
 
 
 def _measure_rollout(s: Setup, repeats: int) -> dict:

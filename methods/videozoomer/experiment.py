@@ -26,6 +26,8 @@ The quick run (tests) trains the full arm alone at a smaller size and asserts it
 glance-only on needle questions.
 """
 
+from ml_collections import ConfigDict
+
 from configs import videozoomer as vz_config
 from core import experiment_runner
 from core.claims import IntervalClaim, Report
@@ -35,7 +37,7 @@ from methods.videozoomer.report import plot
 
 SEEDS = (0, 1, 2)
 TRAINED = ("full", "sft_only", "no_cold_start", "no_reflection", "no_bonus")
-QUICK_SIZE = dict(sft=300, rl=20, videos=8, group=4, eval_examples=150)
+QUICK_SIZE = dict(sft=250, rl=5, videos=8, group=4, eval_examples=150)
 
 
 def training_config(arm: str, seed: int, quick: bool):
@@ -54,14 +56,16 @@ def training_config(arm: str, seed: int, quick: bool):
 def config_of(arm: Arm, point: dict, seed: int, quick: bool):
     del point
     if arm.name in runs.READERS:  # a reader on the full agent's videos and frame usage
-        return {"reader": runs.READERS[arm.name], "agent": training_config("full", seed, quick)}
+        agent = training_config("full", seed, quick).to_dict()
+        return {"reader": runs.READERS[arm.name], "agent": agent}
     return training_config(arm.name, seed, quick)
 
 
 def run_arm(config, run_dir: str) -> dict:
     workdir = run_dir.rsplit("/runs/", 1)[0]
     if isinstance(config, dict):
-        return runs.rows(runs.trained(config["agent"], workdir), config["reader"])
+        agent = ConfigDict(config["agent"])
+        return runs.rows(runs.trained(agent, workdir), config["reader"])
     return runs.rows(runs.trained(config, workdir))
 
 

@@ -25,6 +25,7 @@ from methods.videozoomer import video as v
 
 SOURCES = results.run_sources("videozoomer")
 EXAMPLES = 3  # transcripts kept per run, for the README
+RL_SEED_OFFSET = 1000
 
 
 def code_hash() -> str:
@@ -46,7 +47,10 @@ def sft_config(config):
 
 
 def rl_config(config, init_from: str):
+    """The GRPO stage's config: from the cold start's params, on a video stream of its own (the
+    seed offset: not the videos the cold start was trained on)."""
     c = config.copy_and_resolve_references()
+    c.seed = config.seed + RL_SEED_OFFSET
     c.train.steps = config.train.steps - config.sft.steps
     c.sft.steps = 0
     c.train.init_from = init_from
