@@ -11,7 +11,7 @@ the arms share it):
   every frame it gets without error: a learned reader on those frames can only do worse.
 
 No hyperparameter is chosen here: every arm trains with the same fixed settings
-(`configs/videozoomer.py`: the official GRPO settings where they transfer, the notes' reward
+(`configs/videozoomer.py`: the official GRPO settings where they transfer, our plan's reward
 and bonus 0.1; sizes set to fit the CPU budget), none tuned for any arm, so nothing is selected
 on validation. The claims and margins below were written before the first full run:
 - the agent beats glance-only on needle and on count questions by >= 0.2 accuracy each;

@@ -6,7 +6,7 @@
 
 The policy is the core decoder LM over the whole transcript: the question and the glance, then
 its turns and the environment's replies (`core.multiturn`, `env.LAYOUT`). A frame is one token
-embedded as its content's embedding plus its time's (`policy_of`: the notes' "frame embedding
+embedded as its content's embedding plus its time's (`policy_of`: our plan's "frame embedding
 plus a time embedding"), the same time embeddings the policy's zoom arguments use; the shared
 decoder reads frames as it reads text (symbolic frames: the VLM's image path would encode
 sprites, which this task does not have).

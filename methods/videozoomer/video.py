@@ -20,7 +20,7 @@ the glance tells them apart unless its frame happens to land on the event. The e
 Answers are one of 6 answer tokens (a colour, or a count 1..4).
 
 A frame is ONE token, FRAME(content, time): the policy embeds it as the sum of its content
-token's and its time token's embeddings (`policy.policy_of`, the notes' "frame embedding plus a
+token's and its time token's embeddings (`policy.policy_of`, our plan's "frame embedding plus a
 time embedding"), so a frame's timestamp is read where the frame is, and a zoom's time arguments
 are the same time tokens. The question names its scene by showing it: the content token of a
 plain frame of that scene (a reference picture). The prompt is [BOS, question kind, scene,
