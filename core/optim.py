@@ -13,12 +13,10 @@ from core import sharding
 from core.errors import ConfigError
 
 _OPTIMIZERS = {
-    "adamw": lambda c, lr: optax.adamw(
-        lr, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay
-    ),
-    "adam": lambda c, lr: optax.adam(lr, b1=c.b1, b2=c.b2, eps=c.eps),
-    "sgd": lambda c, lr: optax.sgd(lr, momentum=c.momentum or None),
-    "lion": lambda c, lr: optax.lion(lr, b1=c.b1, b2=c.b2, weight_decay=c.weight_decay),
+    "adamw": lambda c, lr, wd: optax.adamw(lr, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=wd),
+    "adam": lambda c, lr, wd: optax.adam(lr, b1=c.b1, b2=c.b2, eps=c.eps),
+    "sgd": lambda c, lr, wd: optax.sgd(lr, momentum=c.momentum or None),
+    "lion": lambda c, lr, wd: optax.lion(lr, b1=c.b1, b2=c.b2, weight_decay=wd),
 }
 
 
@@ -41,13 +39,27 @@ def schedule(config, total_steps: int) -> optax.Schedule:
     return optax.join_schedules([optax.linear_schedule(0.0, config.lr, warmup), main], [warmup])
 
 
+def weight_decay(config, total_steps: int) -> float | optax.Schedule:
+    """`config.weight_decay`, or (with `config.weight_decay_end` set) a half cosine from it to
+    `weight_decay_end` over the run (DINO's and Brain-Semantoks' schedule)."""
+    end = config.get("weight_decay_end")
+    if end is None:
+        return config.weight_decay
+    if config.name not in ("adamw", "lion"):
+        raise ConfigError(f"optim.weight_decay_end={end} needs adamw or lion, not {config.name}")
+    start, steps = config.weight_decay, max(total_steps, 1)
+    return lambda step: end + (start - end) * 0.5 * (1 + jnp.cos(jnp.pi * step / steps))
+
+
 def make(config, total_steps: int) -> optax.GradientTransformation:
     """The optimiser named by `config.name`, with optional global-norm clipping in front."""
     if config.name not in _OPTIMIZERS:
         raise ConfigError(
             f"optim.name={config.name!r} is unknown; expected one of: {', '.join(_OPTIMIZERS)}"
         )
-    tx = _OPTIMIZERS[config.name](config, schedule(config, total_steps))
+    tx = _OPTIMIZERS[config.name](
+        config, schedule(config, total_steps), weight_decay(config, total_steps)
+    )
     if config.grad_clip:
         tx = optax.chain(optax.clip_by_global_norm(config.grad_clip), tx)
     return tx

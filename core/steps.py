@@ -120,19 +120,24 @@ def microbatched(loss: Callable, num_microbatches: int) -> Callable:
     return accumulated
 
 
-def with_ema(step: Callable, decay: float, key: str = "ema", *, warmup: bool = False) -> Callable:
+def with_ema(
+    step: Callable, decay: float | Callable, key: str = "ema", *, warmup: bool = False
+) -> Callable:
     """Wrap a step to keep an exponential moving average of params in `state.extra[key]`
-    (initialise it with a copy of the params in the method's `init`).
+    (initialise it with a copy of the params in the method's `init`), updated after the
+    optimiser step: ema = d * ema + (1 - d) * new params.
 
+    decay: a constant, or a schedule `decay(step)` of the step count before this step (e.g. a
+      DINO teacher's cosine momentum from 0.99 to 1; `core.steps` never differentiates it).
     warmup: the decay after n earlier updates is min(decay, (1 + n) / (10 + n)) (TensorFlow's
     `num_updates` rule), so a run of a few thousand steps is not dominated by its initial
     params (0.999^1000 = 0.37 of them would remain after 1000 steps without it)."""
 
     def ema_step(state, batch, *, rng):
-        d = decay
+        d = decay(state.step) if callable(decay) else decay
         if warmup:
             n = state.step.astype(jnp.float32)
-            d = jnp.minimum(decay, (1 + n) / (10 + n))
+            d = jnp.minimum(d, (1 + n) / (10 + n))
         new, metrics = step(state, batch, rng=rng)
         ema = jax.tree.map(lambda e, p: d * e + (1 - d) * p, new.extra[key], new.params)
         return new.replace(extra={**new.extra, key: ema}), metrics

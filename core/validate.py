@@ -63,6 +63,8 @@ def _optim(c) -> None:
     _integer(c, "optim.warmup_steps", o.warmup_steps, 0, "a non-negative integer")
     for field in ("lr", "eps", "weight_decay", "grad_clip", "final_lr_fraction"):
         _number(c, f"optim.{field}", o[field], 0.0, math.inf, "a finite number >= 0")
+    if o.get("weight_decay_end") is not None:
+        _number(c, "optim.weight_decay_end", o.weight_decay_end, 0.0, math.inf, "None or >= 0")
     for field in ("b1", "b2", "momentum"):
         _number(c, f"optim.{field}", o[field], 0.0, 1.0, "a number in [0, 1)")
     optim.make(o, c.train.steps)  # the optimiser and schedule names: refused there

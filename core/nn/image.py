@@ -54,20 +54,25 @@ def unpatchify(x_BNP: jax.Array, patch: int, height: int, width: int) -> jax.Arr
     return x.transpose(0, 1, 3, 2, 4, 5).reshape(B, height, width, C)
 
 
+def sincos_1d(index: np.ndarray, dim: int) -> np.ndarray:
+    """Fixed 1-D positions [len(index), dim]: [sin, cos] of the index times
+    10000^(-j / (dim/2)), j < dim/2 (MAE's and Brain-Semantoks' patch-index encoding)."""
+    half = dim // 2
+    freqs = 1.0 / 10000.0 ** (np.arange(half, dtype=np.float64) / half)
+    angles = np.asarray(index, np.float64).reshape(-1, 1) * freqs
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+
+
 def sincos_positions(grid: int, dim: int, grid_cols: int | None = None) -> np.ndarray:
     """Fixed 2-D absolute positions [grid * grid_cols, dim] (grid_cols default grid: square),
-    row-major as `patchify`: half the features encode the row, half the column, each as
-    [sin, cos] of the index times 10000^(-j / (dim/4))."""
-    quarter = dim // 4
-    freqs = 1.0 / 10000.0 ** (np.arange(quarter, dtype=np.float64) / quarter)
+    row-major as `patchify`: half the features encode the row, half the column, each
+    `sincos_1d` of the index in dim/2 features."""
     cols = grid if grid_cols is None else grid_cols
     rows, cols = np.meshgrid(np.arange(grid), np.arange(cols), indexing="ij")
-
-    def encode(index):
-        angles = index.reshape(-1, 1) * freqs
-        return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
-
-    return np.concatenate([encode(rows), encode(cols)], axis=1).astype(np.float32)
+    half = (dim // 4) * 2
+    return np.concatenate([sincos_1d(rows, half), sincos_1d(cols, half)], axis=1).astype(
+        np.float32
+    )
 
 
 def grid_positions(grid: int) -> np.ndarray:
