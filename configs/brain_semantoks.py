@@ -5,7 +5,8 @@
 
 Options: mesh (a preset in configs/common.py), size (smoke | small), tokens (network | roi: the
 official max_spatial), ttr (early: the first 5 % of steps | none | always), subjects (pretraining
-scans), snr (default | low | a number).
+scans), snr (default | low | a number). Sizes: smoke (tests), quick (the quick experiment),
+small (the full experiment).
 """
 
 from ml_collections import ConfigDict
@@ -14,10 +15,14 @@ from configs.common import base_config, choose, parse_arg
 from core.declarations import Declarations
 
 SIZES = {
-    # encoder width, depth, heads, MLP, head hidden / out, steps, batch, probe repetitions
-    "smoke": dict(dim=32, depth=1, heads=2, mlp=64, hidden=32, out=16, steps=3, batch=8, reps=2),
+    # encoder width, depth, heads, MLP, head hidden / out, steps, batch, probe: labelled
+    # subjects per site, train / validation subjects, split repetitions, test-time crops, epochs
+    "smoke": dict(dim=32, depth=1, heads=2, mlp=64, hidden=32, out=16, steps=3, batch=8,
+                  probe=(80, 32, 16, 2, 2, 2)),
+    "quick": dict(dim=32, depth=2, heads=2, mlp=64, hidden=64, out=16, steps=200, batch=32,
+                  probe=(400, 160, 80, 3, 4, 30)),
     "small": dict(dim=64, depth=3, heads=2, mlp=256, hidden=128, out=32, steps=2000, batch=64,
-                  reps=10),
+                  probe=(1000, 400, 200, 10, 8, 50)),
 }  # fmt: skip
 TTR = {"early": 0.05, "none": 0.0, "always": 1.0}  # the fraction of steps with the TTR term
 SNR = {"default": 1.0, "low": 0.3}
@@ -34,7 +39,6 @@ def get_config(arg: str | None = None) -> ConfigDict:
     size = choose("size", opts["size"], SIZES)
     ttr = choose("ttr", opts["ttr"], TTR)
     snr = SNR[opts["snr"]] if opts["snr"] in SNR else float(opts["snr"])
-    smoke = opts["size"] == "smoke"
 
     c = base_config(opts["mesh"])
     c.method = "brain_semantoks"
@@ -74,16 +78,17 @@ def get_config(arg: str | None = None) -> ConfigDict:
     )
     # The official probe: 6 learning rates, 10 split repetitions, 8 test-time crops, 50 epochs;
     # our sizes: 1000 labelled subjects per site, 400 train / 200 validation / 400 test.
+    subjects, train, val, repetitions, crops, epochs = size["probe"]
     c.probe = ConfigDict(
         dict(
-            subjects=80 if smoke else 1000,
-            train=32 if smoke else 400,
-            val=16 if smoke else 200,
-            repetitions=size["reps"],
-            crops=2 if smoke else 8,
+            subjects=subjects,
+            train=train,
+            val=val,
+            repetitions=repetitions,
+            crops=crops,
             lrs=(3e-2, 1e-2, 3e-3, 1e-3, 3e-4, 1e-4),
-            epochs=2 if smoke else 50,
-            collapse_scans=16 if smoke else 256,
+            epochs=epochs,
+            collapse_scans=min(256, subjects),
         )
     )
     c.train.steps = size["steps"]

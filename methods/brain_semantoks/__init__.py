@@ -25,7 +25,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from core import data as core_data
 from core import optim
@@ -36,6 +35,8 @@ from core.steps import gradient_step, with_ema, with_schedules
 from methods.brain_semantoks import data, losses, model, probe
 
 VIEWS = 2
+# The FC baseline's inverse L2 strengths: as many as the probe's learning rates (the same budget).
+FC_GRID = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
 
 def model_config(config) -> model.ModelConfig:
@@ -148,6 +149,16 @@ def evaluators(config, cfg: model.ModelConfig) -> tuple[Evaluator, ...]:
     )
 
 
+def probe_set(config, name: str, s: data.Site):
+    """The labelled cohort of set `name` (id | ood: fixed by data.seed) and its probe splits
+    (drawn per model seed, so the arms of one seed are compared on the same splits)."""
+    p = config.probe
+    data_seed = (PROBE_SEED if name == "id" else OOD_SEED) + config.data.seed
+    split_seed = data_seed * 1000 + config.seed
+    sp = probe.splits(p.subjects, p.train, p.val, p.repetitions, split_seed)
+    return _cohort(s, p.subjects, data_seed), sp, split_seed
+
+
 def evaluate_probes(config, cfg, params, buffers) -> dict:
     """The linear probe on both phenotypes, in distribution and on the shifted site:
     "<set>/<phenotype>/{val,test,edge_share}" (set: id | ood; phenotype: a | b)."""
@@ -155,10 +166,8 @@ def evaluate_probes(config, cfg, params, buffers) -> dict:
     out = {}
     sets = {"id": site(config), "ood": data.ood(site(config))}
     for name, s in sets.items():
-        seed = (PROBE_SEED if name == "id" else OOD_SEED) + config.data.seed
-        c = _cohort(s, p.subjects, seed)
+        c, sp, seed = probe_set(config, name, s)
         feats = probe.crop_features(cfg, params, buffers, c.x_NCT, p.crops)
-        sp = probe.splits(p.subjects, p.train, p.val, p.repetitions, seed)
         for phen, y, classes in (("a", c.a_N, 2), ("b", c.b_N, len(s.rho_b))):
             r = probe.linear_probe(feats, y, sp, tuple(p.lrs), classes=classes,
                                    epochs=p.epochs, seed=seed)  # fmt: skip
@@ -208,11 +217,9 @@ def fc_baseline(config) -> dict:
     p = config.probe
     out = {}
     for name, s in {"id": site(config), "ood": data.ood(site(config))}.items():
-        seed = (PROBE_SEED if name == "id" else OOD_SEED) + config.data.seed
-        c = _cohort(s, p.subjects, seed)
+        c, sp, _ = probe_set(config, name, s)
         feats = data.fc_features(c.x_NCT)
-        sp = probe.splits(p.subjects, p.train, p.val, p.repetitions, seed)
-        cs = tuple(np.logspace(-3, 1, len(p.lrs)))
+        cs = FC_GRID[: len(p.lrs)]
         for phen, y, classes in (("a", c.a_N, 2), ("b", c.b_N, len(s.rho_b))):
             r = probe.fc_probe(feats, y, sp, cs, classes=classes)
             out |= {f"{name}/{phen}/{k}": v for k, v in r.items()}
