@@ -19,15 +19,25 @@ SIZES = {
     # subjects per site, train / validation subjects, split repetitions, test-time crops, epochs
     "smoke": dict(dim=32, depth=1, heads=2, mlp=64, hidden=32, out=16, steps=3, batch=8,
                   probe=(80, 32, 16, 2, 2, 2)),
-    "quick": dict(dim=32, depth=2, heads=2, mlp=64, hidden=64, out=16, steps=200, batch=32,
-                  probe=(400, 160, 80, 3, 4, 30)),
+    "quick": dict(dim=32, depth=2, heads=2, mlp=64, hidden=64, out=16, steps=100, batch=32,
+                  probe=(300, 120, 60, 2, 4, 30)),
     "small": dict(dim=64, depth=3, heads=2, mlp=256, hidden=128, out=32, steps=2000, batch=64,
                   probe=(1000, 400, 200, 10, 8, 50)),
 }  # fmt: skip
 TTR = {"early": 0.05, "none": 0.0, "always": 1.0}  # the fraction of steps with the TTR term
 SNR = {"default": 1.0, "low": 0.3}
 
-DECLARATIONS = Declarations(largest="size=small", largest_overrides={"train.batch_size": 256})
+DECLARATIONS = Declarations(
+    largest="size=small",
+    largest_overrides={"train.batch_size": 256},
+    # Found 2026-12-05 by the GPU smoke target: XLA:GPU (jax 0.10.2, no device) stops with
+    # "Couldn't find output tile sizes that satisfy hlo" on a bf16 [62, 32] dot (2 views x 31
+    # tokens on one GPU), as rlcr's [36, 32]; the large target's [248, 64] dot fails the same way.
+    # Not yet checked on a real H100.
+    aot_known_failures={
+        "h100:1x1x8": "XLA:GPU finds no Triton tile sizes for a bf16 [62, 32] dot (smoke size)"
+    },
+)
 
 
 def get_config(arg: str | None = None) -> ConfigDict:
@@ -61,8 +71,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
         )
     )
     # The synthetic cohort (methods/brain_semantoks/data.py): pretraining subjects, the ROI SNR,
-    # and a data seed (the same scans for every model seed: only the model's init and views vary).
-    c.data = ConfigDict(dict(subjects=int(opts["subjects"]), snr=snr, seed=0))
+    # TRs per scan, and a data seed (the same scans for every model seed: only the model's init and views vary).
+    c.data = ConfigDict(dict(subjects=int(opts["subjects"]), snr=snr, length=240, seed=0))
     # The official SSL settings (config/example_config.yaml): TTR weight 0.5 decayed over its
     # fraction of the steps, token loss 0.5 on half the steps, slice masks of 65-85 %, teacher
     # momentum 0.99 -> 1.

@@ -49,7 +49,12 @@ def model_config(config) -> model.ModelConfig:
 
 
 def site(config) -> data.Site:
-    return data.Site(rois=config.model.rois, networks=config.model.networks, snr=config.data.snr)
+    return data.Site(
+        rois=config.model.rois,
+        networks=config.model.networks,
+        snr=config.data.snr,
+        length=config.data.length,
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -125,8 +130,10 @@ def _check(config) -> None:
             f"data.subjects={config.data.subjects} is fewer than train.batch_size="
             f"{config.train.batch_size}"
         )
-    if config.model.crop > data.Site().length:
-        raise ConfigError(f"model.crop={config.model.crop} exceeds a scan's {data.Site().length}")
+    if config.model.crop > config.data.length:
+        raise ConfigError(
+            f"model.crop={config.model.crop} exceeds a scan's data.length={config.data.length}"
+        )
 
 
 def evaluators(config, cfg: model.ModelConfig) -> tuple[Evaluator, ...]:

@@ -38,7 +38,7 @@ class Site:
     networks: int = 6
     length: int = 240  # TRs per scan
     snr: float = 1.0  # power of the network signal over the ROI noise's
-    coupling: float = 0.3  # phenotype A = 1: kappa
+    coupling: float = 0.45  # phenotype A = 1: kappa (FC on A at ~0.74 with the defaults)
     rho_b: tuple[float, ...] = (0.3, 0.55, 0.8)  # phenotype B's classes: rho of RHO_NETWORK
     rho_jitter: float = 0.05  # +- uniform on rho_b, per subject
     rho_nuisance: tuple[float, float] = (0.3, 0.8)  # the other networks' rho, per subject

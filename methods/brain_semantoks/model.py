@@ -119,9 +119,11 @@ def _norm(dim, lead=()):
 
 
 def layer_norm(p, x):
-    mean = x.mean(-1, keepdims=True)
-    var = jnp.square(x - mean).mean(-1, keepdims=True)
-    return (x - mean) * jax.lax.rsqrt(var + LN_EPS) * p["scale"] + p["bias"]
+    """LayerNorm over the last axis, its statistics in float32, the result in x's dtype."""
+    h = x.astype(jnp.float32)
+    mean = h.mean(-1, keepdims=True)
+    var = jnp.square(h - mean).mean(-1, keepdims=True)
+    return ((h - mean) * jax.lax.rsqrt(var + LN_EPS) * p["scale"] + p["bias"]).astype(x.dtype)
 
 
 def gelu(x):
@@ -178,7 +180,9 @@ def tokenize_networks(cfg: ModelConfig, p, buffers, x_BNRPL):
     x_NMRL = x_NMRL.astype(jnp.dtype(cfg.dtype))
     dense_w = p["dense"]["w"].transpose(0, 2, 3, 1)  # [N, R, O, taps]
     dense_T = toeplitz(dense_w, L, (cfg.dense_kernel - 1) // 2).astype(x_NMRL.dtype)
-    dense = jnp.einsum("nmrs,nrost->nmto", x_NMRL, dense_T) + p["dense"]["b"][:, None, None]
+    dtype = x_NMRL.dtype
+    dense = jnp.einsum("nmrs,nrost->nmto", x_NMRL, dense_T)
+    dense = dense + p["dense"]["b"][:, None, None].astype(dtype)
     sg = p["sg"]
     kernel = sg_kernel(cfg, sg["pieces"]) / buffers["kernel_norm"]  # [N, H, R, taps]
     # torch: conv1d(pad(x, (left, taps - 1 - left)), flip(k)) with left = (taps - 1) // 2: a
@@ -190,7 +194,7 @@ def tokenize_networks(cfg: ModelConfig, p, buffers, x_BNRPL):
     proj = sg["proj"]["w"].reshape(N, R, -1, cfg.sg_channels)  # channels (roi, head): torch's
     folded = jnp.einsum("nhrst,nrho->nrsto", conv_T, proj)  # "(h c)" of SLConv
     sgc = jnp.einsum("nmrs,nrsto->nmto", x_NMRL, folded.astype(x_NMRL.dtype))
-    sgc = sgc + sg["proj"]["b"][:, None, None]
+    sgc = sgc + sg["proj"]["b"][:, None, None].astype(dtype)
     pooled = gelu(jnp.concatenate([dense, sgc], axis=-1)).mean(axis=2)  # [N, B P, D]
     tokens = pooled.reshape(N, B, P, -1).transpose(1, 0, 2, 3)
     return layer_norm(jax.tree.map(lambda a: a[:, None], p["norm"]), tokens)
@@ -222,9 +226,10 @@ def _block(cfg: ModelConfig, p, x_BSD):
     qkv = _dense(p["qkv"], h).reshape(B, S, 3, cfg.heads, D // cfg.heads)
     full_BSS = jnp.ones((B, S, S), bool)
     att = attend(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], full_BSS).reshape(B, S, D)
-    x_BSD = x_BSD + p["ls1"] * _dense(p["proj"], att)
+    dtype = x_BSD.dtype
+    x_BSD = x_BSD + p["ls1"].astype(dtype) * _dense(p["proj"], att)
     h = layer_norm(p["norm2"], x_BSD)
-    return x_BSD + p["ls2"] * _dense(p["fc2"], gelu(_dense(p["fc1"], h)))
+    return x_BSD + p["ls2"].astype(dtype) * _dense(p["fc2"], gelu(_dense(p["fc1"], h)))
 
 
 def init(cfg: ModelConfig, rng) -> tuple[dict, dict]:

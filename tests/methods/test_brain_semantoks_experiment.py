@@ -128,3 +128,33 @@ def test_the_committed_full_run_rederives_its_claims():
     claims = experiment.claims_from_results(copy.deepcopy(record))
     assert len(claims) == len(experiment.EXPERIMENT.claims)
     assert {r["seed"] for r in record["rows"]} == set(experiment.SEEDS)
+
+
+def test_a_step_on_eight_devices_equals_one_device():
+    import jax
+    import numpy as np
+
+    from core import train
+
+    c = smoke("ssl")
+
+    def losses(n):
+        session = train.init(c, brain_semantoks.make(c), devices=jax.devices()[:n])
+        return [r["loss"] for r in session.train(3)]
+
+    # The batch is split over devices and the MCR covariance summed across them by XLA: the
+    # same sums in another order, float32 (1e-4 over three steps of a loss of magnitude ~2).
+    np.testing.assert_allclose(losses(8), losses(1), rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_quick_experiment_runs_and_its_claims_are_rederived_from_its_results(tmp_path):
+    report = experiment.run(str(tmp_path), quick=True)
+    assert len(report.claims) == sum(s.in_quick for s in experiment.EXPERIMENT.claims)
+    rows = report.results["rows"]
+    assert {(r["arm"], r["seed"]) for r in rows} == {
+        (a, s) for a in ("ssl", "random_init") for s in experiment.SEEDS
+    }
+    assert all(0 <= r["test/id/mean"] <= 1 for r in rows)
+    derived = experiment.claims_from_results(report.results)
+    assert [c.to_dict() for c in derived] == [c.to_dict() for c in report.claims]
