@@ -97,6 +97,7 @@ def base_config(mesh: str = "auto") -> ConfigDict:
     c.optim.b2 = 0.999
     c.optim.eps = 1e-8
     c.optim.weight_decay = 0.0
+    c.optim.weight_decay_end = None  # a number: a cosine from weight_decay to it (adamw, lion)
     c.optim.momentum = 0.0
     c.optim.warmup_steps = 0
     c.optim.schedule = "constant"
