@@ -71,7 +71,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
         )
     )
     # The synthetic cohort (methods/brain_semantoks/data.py): pretraining subjects, the ROI SNR,
-    # TRs per scan, and a data seed (the same scans for every model seed: only the model's init and views vary).
+    # TRs per scan, and a data seed (the same scans for every model seed: only the model's
+    # initialisation, views and the probe's splits vary).
     c.data = ConfigDict(dict(subjects=int(opts["subjects"]), snr=snr, length=240, seed=0))
     # The official SSL settings (config/example_config.yaml): TTR weight 0.5 decayed over its
     # fraction of the steps, token loss 0.5 on half the steps, slice masks of 65-85 %, teacher

@@ -70,9 +70,7 @@ def sincos_positions(grid: int, dim: int, grid_cols: int | None = None) -> np.nd
     cols = grid if grid_cols is None else grid_cols
     rows, cols = np.meshgrid(np.arange(grid), np.arange(cols), indexing="ij")
     half = (dim // 4) * 2
-    return np.concatenate([sincos_1d(rows, half), sincos_1d(cols, half)], axis=1).astype(
-        np.float32
-    )
+    return np.concatenate([sincos_1d(rows, half), sincos_1d(cols, half)], axis=1).astype(np.float32)
 
 
 def grid_positions(grid: int) -> np.ndarray:
