@@ -9,7 +9,8 @@
 - fc: the FC + logistic-regression baseline on the same probe sets and splits.
 A row holds "test/<set>/<phenotype>" and "val/..." (set id | ood, phenotype a | b), their means
 over phenotypes ("test/<set>/mean"), the share of repetitions whose choice sat on a grid edge,
-and for ssl the collapse diagnostics per evaluation step.
+and for ssl the collapse diagnostics per evaluation step and "collapse/spread_gain" (the teacher
+projection std at the end over its first value).
 """
 
 import jax
@@ -36,10 +37,12 @@ def _row(probes: dict) -> dict:
 def _collapse(history: list[dict]) -> dict:
     keys = ("proj_std", "effective_rank", "token_cosine")
     rows = [r for r in history if "eval/collapse/proj_std" in r]
-    return {
-        "collapse/step": [int(r["step"]) for r in rows],
-        **{f"collapse/{k}": [float(r[f"eval/collapse/{k}"]) for r in rows] for k in keys},
-    }
+    series = {f"collapse/{k}": [float(r[f"eval/collapse/{k}"]) for r in rows] for k in keys}
+    std = series["collapse/proj_std"]
+    # How far the teacher's projections spread out between the first and the last evaluation
+    # (a teacher that never moves, or collapses, stays at about 1 or falls below it).
+    return {"collapse/step": [int(r["step"]) for r in rows], **series,
+            "collapse/spread_gain": std[-1] / max(std[0], 1e-12)}  # fmt: skip
 
 
 def run(config, run_dir: str) -> dict:

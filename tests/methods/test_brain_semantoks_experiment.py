@@ -79,12 +79,17 @@ ARM_VALUES = {  # one seed's plausible numbers per arm: A, B, OOD A, OOD B
 }
 
 
+ARMS_KIND = {name: kind for name, (kind, _) in experiment.ARMS.items()}
+
+
 def _row(arm, seed, overrides):
     a, b, oa, ob = ARM_VALUES[arm]
     m = {"test/id/a": a, "test/id/b": b, "test/ood/a": oa, "test/ood/b": ob}
     m = {k: v + 0.002 * seed for k, v in m.items()} | overrides.get(arm, {})
     m["test/id/mean"] = (m["test/id/a"] + m["test/id/b"]) / 2
     m["test/ood/mean"] = (m["test/ood/a"] + m["test/ood/b"]) / 2
+    if ARMS_KIND.get(arm) == "ssl":
+        m["collapse/spread_gain"] = overrides.get(arm, {}).get("collapse/spread_gain", 5.0 + seed)
     return {"arm": arm, "seed": seed, **m}
 
 
@@ -104,6 +109,7 @@ def test_claims_come_from_the_record_alone_and_each_can_fail():
     breaks = [  # one plausible failure per claim, in the claims' order (on seed 1)
         {"random_init": {"test/id/a": 0.70}},  # pretraining adds little on A
         {"random_init": {"test/id/b": 0.60}},  # nor on B
+        {"ssl": {"collapse/spread_gain": 1.0}},  # the teacher never moved
         {"low_snr/roi": {"test/id/a": 0.66, "test/id/b": 0.54}},  # ROI tokens as good
         {"no_ttr": {"test/id/a": 0.76, "test/id/b": 0.66}},  # TTR hurts
         {"always_ttr": {"test/id/a": 0.76, "test/id/b": 0.66}},  # TTR always is better
@@ -113,7 +119,7 @@ def test_claims_come_from_the_record_alone_and_each_can_fail():
         {"fc": {"test/id/a": 0.6}},  # FC weak on A
         {"fc": {"test/id/a": 0.95}},  # FC at ceiling on A
     ]
-    also = {6: {5}}  # a strong 500-subject cohort fails both scaling claims by construction
+    also = {7: {6}}  # a strong 500-subject cohort fails both scaling claims by construction
     for i, b in enumerate(breaks):
         broken = experiment.claims_from_results(_record(b))
         failing = {j for j, c in enumerate(broken) if not c.holds}
