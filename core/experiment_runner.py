@@ -353,3 +353,20 @@ def adopt_older(experiment: Experiment, record: dict) -> dict:
         arms=arms,
     )
     return {**record, "config": cfg}
+
+
+def report(
+    experiment: Experiment, workdir: str, *, quick: bool = False, plot: Callable | None = None
+):
+    """An experiment module's `run`: every run measured (cached), the claims from the record, and
+    (full runs) `plot(record, workdir) -> [paths]`'s figures, as a protocol `Report`."""
+    from core.claims import Report
+
+    record = measure(experiment, workdir, quick=quick)
+    return Report.on_protocol(
+        method=experiment.slug,
+        figures=[] if quick or plot is None else plot(record, workdir),
+        claims=claims(experiment, record),
+        quick=quick,
+        results=record,
+    )

@@ -34,6 +34,7 @@ from core import experiment_runner
 from core.claims import IntervalClaim, Report
 from core.experiment_runner import Arm, ClaimSpec, Experiment
 from methods.brain_semantoks import runs
+from methods.brain_semantoks.report import plot
 
 SEEDS = (0, 1, 2)
 ARMS = {  # name: (kind, config options)
@@ -107,13 +108,4 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
-    from methods.brain_semantoks.report import plot
-
-    record = measure(workdir, quick=quick)
-    return Report.on_protocol(
-        method="brain_semantoks",
-        figures=[] if quick else plot(record, workdir),
-        claims=claims_from_results(record),
-        quick=quick,
-        results=record,
-    )
+    return experiment_runner.report(EXPERIMENT, workdir, quick=quick, plot=plot)

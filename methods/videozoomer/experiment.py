@@ -113,11 +113,4 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
-    record = measure(workdir, quick=quick)
-    return Report.on_protocol(
-        method="videozoomer",
-        figures=[] if quick else plot(record, workdir),
-        claims=claims_from_results(record),
-        quick=quick,
-        results=record,
-    )
+    return experiment_runner.report(EXPERIMENT, workdir, quick=quick, plot=plot)
