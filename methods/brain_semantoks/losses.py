@@ -14,8 +14,6 @@
 - `slice_masks`: the official slice masker's integer rules.
 """
 
-import math
-
 import jax
 import jax.numpy as jnp
 
@@ -124,14 +122,14 @@ def augment(rng, x_BCT, rois=(0.0, 0.1), block=(0.0, 0.3), scale=(0.8, 1.2), noi
     return x + noise * jax.random.normal(ks[5], x.shape, x.dtype)
 
 
-def views(rng, x_BCT, length: int, num_views: int = 2, augmented: bool = True):
+def views(rng, x_BCT, length: int, num_views: int = 2):
     """[V, B, C, length]: `num_views` crops of every scan, independent uniform starts."""
     B, _, T = x_BCT.shape
     out = []
     for k in jax.random.split(rng, num_views):
         k_start, k_aug = jax.random.split(k)
         v = crop(x_BCT, jax.random.randint(k_start, (B,), 0, T - length + 1), length)
-        out.append(augment(k_aug, v) if augmented else v)
+        out.append(augment(k_aug, v))
     return jnp.stack(out)
 
 
@@ -139,14 +137,3 @@ def momentum(step, total_steps: int, base: float = 0.99):
     """The teacher's EMA momentum: a cosine from `base` at step 0 to 1 at `total_steps`."""
     cos = 0.5 * (1 + jnp.cos(jnp.pi * jnp.asarray(step, jnp.float32) / max(total_steps, 1)))
     return 1.0 - (1.0 - base) * cos
-
-
-def cosine(start: float, end: float, total_steps: int):
-    """A schedule from `start` at step 0 to `end` at `total_steps` along a half cosine (the
-    official weight-decay schedule)."""
-
-    def schedule(step):
-        c = 0.5 * (1 + jnp.cos(math.pi * jnp.asarray(step, jnp.float32) / max(total_steps, 1)))
-        return end + (start - end) * c
-
-    return schedule
