@@ -89,17 +89,31 @@ def new_run_record(workdir: epath.Path) -> epath.Path:
     return runs / f"{stamp}-{n:03d}-{uuid.uuid4().hex[:12]}.json"
 
 
+def _metric_rows(path: epath.Path, up_to_step: int | None):
+    """(line, row) of each whole row of metrics.jsonl with step <= up_to_step (None: all)."""
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+            if up_to_step is None or row["step"] <= up_to_step:
+                yield line, row
+        except (ValueError, KeyError, TypeError):
+            pass  # a line cut short by a kill
+
+
 def rewind_metrics(workdir: epath.PathLike, step: int) -> None:
     """Drop metrics rows after `step` (written by a run that died after its last checkpoint):
     the resumed run writes them again, identically."""
     path = storage.resolve(workdir) / "metrics.jsonl"
     if not path.exists():
         return
-    kept = []
-    for line in path.read_text().splitlines(keepends=True):
-        try:
-            if json.loads(line)["step"] <= step:
-                kept.append(line.rstrip("\n") + "\n")  # the kill may have cut only the newline
-        except (ValueError, KeyError, TypeError):
-            pass  # a line cut short by the kill
+    kept = [line + "\n" for line, _ in _metric_rows(path, step)]  # a kill may cut the newline
     storage.write_atomic(path, "".join(kept))
+
+
+def read_metrics(workdir: epath.PathLike) -> list[dict]:
+    """Every row of a workdir's metrics.jsonl, earlier sessions' included: `RunResult.history`
+    holds only the rows of its own call, so a resumed or restarted run's whole curve is here."""
+    path = storage.resolve(workdir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [row for _, row in _metric_rows(path, None)]

@@ -15,7 +15,7 @@ projection std at the end over its first value).
 
 import jax
 
-from core import train
+from core import train, workdir
 from core.errors import ConfigError
 from methods import brain_semantoks as bs
 
@@ -58,6 +58,9 @@ def run(config, run_dir: str) -> dict:
     result = train.run(config, bs.make(config), run_dir, devices=jax.devices()[:1])
     if result.preempted:
         raise ConfigError(f"brain_semantoks: the run in {run_dir} was preempted; rerun to resume")
-    final = [r for r in result.history if "eval/probe/id/a/test" in r][-1]
+    # The whole run's rows, not only this call's (a resumed or finished run's history starts
+    # where this call did, and the collapse series from its first evaluation).
+    history = workdir.read_metrics(run_dir)
+    final = [r for r in history if "eval/probe/id/a/test" in r][-1]
     probes = {k.removeprefix("eval/probe/"): v for k, v in final.items() if "/probe/" in k}
-    return _row(probes) | _collapse(result.history)
+    return _row(probes) | _collapse(history)

@@ -46,7 +46,7 @@ def test_roi_tokens_pretrain_too(tmp_path):
         (lambda c: setattr(c.ssl, "masking_frequency", -0.1), "masking_frequency"),
         (lambda c: setattr(c.ssl, "mask_ratio", (0.9, 0.6)), "mask_ratio"),
         (lambda c: setattr(c.data, "subjects", 4), "data.subjects"),
-        (lambda c: setattr(c.model, "crop", 300), "crop"),
+        (lambda c: setattr(c.model, "crop", 1000), "crop"),
         (lambda c: setattr(c.model, "tokens", "voxel"), "tokens"),
         (lambda c: c.model.__setitem__("width", 3), "unknown model fields"),
     ],
