@@ -71,15 +71,22 @@ def pretraining(config) -> data.Cohort:
     return _cohort(site(config), config.data.subjects, PRETRAIN_SEED + config.data.seed)
 
 
-def ssl_loss(cfg: model.ModelConfig, ssl, params, batch, *, rng, extra):
-    """L_CLS + w(step) L_TTR + mask_weight L_Tok on two crops of each scan (module docstring)."""
+def views_and_masks(cfg: model.ModelConfig, ssl, rng, x_BCT):
+    """One step's inputs from its key: the two augmented crops [V, B, C, crop] of each scan and
+    the slice masks [V, B, G, P] (all False on the steps that do not mask), and that flag."""
     k_views, k_do, k_masks = jax.random.split(rng, 3)
-    views_VBCT = losses.views(k_views, batch["x"], cfg.crop, VIEWS)
+    views_VBCT = losses.views(k_views, x_BCT, cfg.crop, VIEWS)
     V, B = views_VBCT.shape[:2]
     do_mask = jax.random.uniform(k_do) < ssl.masking_frequency
     masks = [losses.slice_masks(k, B, cfg.rows, cfg.patches, tuple(ssl.mask_ratio))
              for k in jax.random.split(k_masks, V)]  # fmt: skip
-    mask_VBGP = jnp.stack(masks) & do_mask
+    return views_VBCT, jnp.stack(masks) & do_mask, do_mask
+
+
+def ssl_loss(cfg: model.ModelConfig, ssl, params, batch, *, rng, extra):
+    """L_CLS + w(step) L_TTR + mask_weight L_Tok on two crops of each scan (module docstring)."""
+    views_VBCT, mask_VBGP, do_mask = views_and_masks(cfg, ssl, rng, batch["x"])
+    V, B = views_VBCT.shape[:2]
     teacher, buffers = extra["teacher"], extra["buffers"]
 
     def encode(p, x, m):

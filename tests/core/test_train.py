@@ -7,6 +7,7 @@ import pytest
 import methods
 from configs import lm
 from core import train
+from core import workdir as workdir_lib
 from core.checkpoint import Checkpointer
 
 
@@ -100,6 +101,11 @@ def test_restart_from_checkpoint_continues_with_the_same_losses(tmp_path):
     result = train.run(config, method, str(workdir))
     resumed = np.array([row["loss"] for row in result.history if "loss" in row])
     assert [row["step"] for row in result.history] == list(range(6, 13))
+    # The workdir keeps the whole curve: steps 1-5 from the first call (6 and 7, written after
+    # its last checkpoint, were rewound and written again, once).
+    whole = workdir_lib.read_metrics(workdir)
+    assert [row["step"] for row in whole] == list(range(1, 13))
+    np.testing.assert_array_equal([row["loss"] for row in whole], full)
     # Same program, same devices, same data and per-step rng: bitwise equal.
     np.testing.assert_array_equal(resumed, full[5:])
     for a, b in zip(
