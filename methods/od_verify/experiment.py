@@ -9,8 +9,8 @@ below is a per-seed summary and the intervals are over the 3 seeds. The CI confi
 
 No hyperparameter is chosen on the test objects: the verifier's settings are the paper's (or the
 CI configuration of the reproduction plan), the detector's were set on validation mAP50
-(configs/od_verify.py), PGD's steps and restarts are fixed before any run. The claims, written before the first full
-run:
+(configs/od_verify.py), PGD's steps and restarts are fixed before any run. The claims,
+written before the first full run:
 1. coverage: on 1e5 fresh samples per checked Z, the fraction outside Z is below alpha = 0.05
    (the largest over the checked Z of a seed);
 2. soundness: no certified ODPV bound lies above PGD's IoU (count per seed < 0.5); and the

@@ -13,12 +13,15 @@ j) and per unordered pair v_ij (IoU > eta). Greedy NMS is encoded exactly given 
 k_i = p_i and no kept j that outranks i overlaps it; the counterexample condition is k_i = 1 =>
 IoU(i, gt) <= tau for every i. IoU > x becomes I > x (A + B - I), bilinear in widths and heights.
 
-Strict tests (class q wins a tie only when q = 0, as argmax does; a box is dropped below iota,
-suppressed above eta, a correct box has IoU >= tau; NMS breaks score ties by index) are kept
-strict by a margin `STRICT` on the failing side, so a "found" z is a real counterexample, which
-NMS on it confirms (`confirmed`), rather than a tie on a boundary. The price: a counterexample
-within STRICT of a threshold is not searched, a sliver of measure zero under the sampling
-distribution. Coordinates are normalised (O(1)), so the big-M constants are safe by a wide
+The search runs twice at most. First with every test non-strict on the failing side (a box is
+dropped at confidence <= iota, loses a tie of class or score either way, is suppressed at IoU
+>= eta, is wrong at IoU <= tau): the feasible set then holds every real counterexample, so
+"none" is a proof on Z. A point found this way may sit on a boundary (a tie, an IoU of exactly
+tau) where NMS in fact keeps the object; NMS on it tells (`confirmed`). Only then, the search
+runs again with each strict test kept strict by a margin `STRICT`, which finds real
+counterexamples; if that one finds none, the boundary point is returned unconfirmed (the object
+is lost only on a set of measure ~0 in Z), and the caller treats it as a counterexample, the
+conservative side. Coordinates are normalised (O(1)), so the big-M constants are safe by a wide
 margin.
 """
 
@@ -30,9 +33,9 @@ import numpy as np
 from methods.od_verify import boxes
 
 BIG = 50.0  # big-M for coordinate and area (in)equalities; |coordinates| stay < 5 on any Z here
-# The margin of a strict inequality: 100x SCIP's feasibility tolerance (1e-6), so that a found
-# point stays a counterexample once read back and rounded to float32 (with 1e-6, a box at IoU
-# 0.500002 came back as "below 0.5").
+# The margin of a strict inequality in the second search: 100x SCIP's feasibility tolerance
+# (1e-6), so that a found point stays a counterexample once read back and rounded to float32
+# (with 1e-6, a box at IoU 0.500002 came back as "below 0.5").
 STRICT = 1e-4
 
 
@@ -60,19 +63,25 @@ def _width_vars(m, name, lo_a, hi_a, lo_b, hi_b):
 
 
 def find_counterexample(
-    lo_N6,
-    hi_N6,
-    gt_4,
-    q: int,
-    *,
-    tau: float,
-    iota: float,
-    eta: float,
-    exclude=(),
+    lo_N6, hi_N6, gt_4, q: int, *, tau: float, iota: float, eta: float, exclude=(),
     time_limit: float = 20.0,
-) -> Search:
+) -> Search:  # fmt: skip
     """`exclude`: balls (y_N6, radius) removed from Z (refinement): the search keeps
     ||z_R - y_R||_2 >= radius over the relevant candidates' coordinates."""
+    args = (lo_N6, hi_N6, gt_4, q, tau, iota, eta, exclude, time_limit)
+    sound = _search(*args, gap=0.0)
+    if sound.status != "found" or sound.confirmed:
+        return sound
+    strict = _search(*args, gap=STRICT)
+    if strict.status == "found" and strict.confirmed:
+        strict.seconds += sound.seconds
+        return strict
+    sound.seconds += strict.seconds
+    return sound
+
+
+def _search(lo_N6, hi_N6, gt_4, q, tau, iota, eta, exclude, time_limit, *, gap) -> Search:
+    """One search; `gap` 0 (every real counterexample feasible) or STRICT (strict tests)."""
     import pyscipopt
 
     lo_N6, hi_N6 = np.asarray(lo_N6, np.float64), np.asarray(hi_N6, np.float64)
@@ -144,14 +153,14 @@ def find_counterexample(
         m.addCons(sq[i] >= so[i] - BIG * (1 - passes[i]))  # passes => class q ...
         m.addCons(sq[i] >= iota - BIG * (1 - passes[i]))  # ... and confident
         fail_cls = m.addVar(vtype="B")  # not passing => class other or below iota
-        tie = STRICT if q == 0 else 0.0  # argmax gives a tie to class 0
+        tie = gap if q == 0 else 0.0  # argmax gives a tie to class 0
         m.addCons(sq[i] <= so[i] - tie + BIG * (passes[i] + (1 - fail_cls)))
-        m.addCons(sq[i] <= iota - STRICT + BIG * (passes[i] + fail_cls))
+        m.addCons(sq[i] <= iota - gap + BIG * (passes[i] + fail_cls))
         m.addCons(keep[i] <= passes[i])
         # The counterexample: a kept box has IoU(i, gt) < tau, i.e. (1 + t) I <= t (A + G) with
-        # t = tau - STRICT.
+        # t = tau - gap.
         inter = inter_up(f"ig{i}", coords[i], gt)
-        t = tau - STRICT
+        t = tau - gap
         m.addCons((1 + t) * inter - t * (area_lo[i] + gt_area) <= BIG * (1 - keep[i]))
 
     outranks, suppress = {}, {}
@@ -159,8 +168,8 @@ def find_counterexample(
     for i, j in itertools.combinations(rel, 2):
         for a, b in ((i, j), (j, i)):
             outranks[a, b] = m.addVar(vtype="B")  # at a tie the lower index goes first
-            m.addCons(sq[a] >= sq[b] + (0 if a < b else STRICT) - BIG * (1 - outranks[a, b]))
-            m.addCons(sq[a] <= sq[b] - (STRICT if a < b else 0) + BIG * outranks[a, b])
+            m.addCons(sq[a] >= sq[b] + (0 if a < b else gap) - BIG * (1 - outranks[a, b]))
+            m.addCons(sq[a] <= sq[b] - (gap if a < b else 0) + BIG * outranks[a, b])
         m.addCons(outranks[i, j] + outranks[j, i] >= 1)
         could = float(ious(lo_N6[i, :4], hi_N6[i, :4], lo_N6[j, :4], hi_N6[j, :4])) >= eta
         if not could:  # IoU(i, j) <= eta on all of Z: the pair never suppresses
@@ -168,7 +177,7 @@ def find_counterexample(
         over = m.addVar(vtype="B")  # IoU(i, j) > eta when 1, <= eta when 0
         i_lo = inter_lo(f"il{i}_{j}", coords[i], coords[j], over)
         i_up = inter_up(f"iu{i}_{j}", coords[i], coords[j])
-        e = eta + STRICT
+        e = eta + gap
         m.addCons((1 + e) * i_lo - e * (area_up[i] + area_up[j]) >= -BIG * (1 - over))
         m.addCons((1 + eta) * i_up - eta * (area_lo[i] + area_lo[j]) <= BIG * over)
         for a, b in ((i, j), (j, i)):  # a suppresses b: a kept, a outranks b, they overlap
