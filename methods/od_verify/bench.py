@@ -36,6 +36,7 @@ def _detector(smoke: bool):
 
 def _timed_parts(fwd, x0, objects, s):
     """Seconds of Part 1, Part 2 and Part 3 for every object at tau 0.5 and 0.7."""
+    verify.part1(verify.Sampler(fwd, x0, 2 / 255, jax.random.key(0), s.chunk), s)  # compiles
     sampler = verify.Sampler(fwd, x0, 2 / 255, jax.random.key(1), s.chunk)
     start = time.perf_counter()
     z = verify.part1(sampler, s)

@@ -10,6 +10,8 @@ Degenerate boxes (x2 < x1) are allowed, with zero width: the over-approximation 
 hold such points even though the detector never outputs them, and the bounds below stay sound.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -125,6 +127,7 @@ def safe_set(lo_N6, hi_N6, gt_4, q, iota: float, eta: float):
     return ok_N, iou_lower_fixed(lo_N6[:, BOX], hi_N6[:, BOX], gt_4)
 
 
+@functools.partial(jax.jit, static_argnums=(3, 4, 5))  # called per object and tau, on the host
 def interval_certificate(lo_N6, hi_N6, gt_4, q, iota: float, eta: float):
     """The largest tau the interval check proves safe on [lo, hi] (0 when no candidate is ok)."""
     ok_N, iou_lb_N = safe_set(lo_N6, hi_N6, gt_4, q, iota, eta)

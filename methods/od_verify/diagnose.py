@@ -1,6 +1,6 @@
 """Why PGD goes below the certified bound: a diagnostic, no claim.
 
-    python -m methods.od_verify.diagnose --workdir=/tmp/odfull_out/od_verify
+    python -m methods.od_verify.diagnose --workdir=<out>/workdirs/od_verify
 
 ODPV certifies P_x(safe) >= 1 - alpha for x uniform on the L-inf ball; PGD looks for the worst
 x. For the confidence s(x) of each object's best correct candidate at x0, to first order

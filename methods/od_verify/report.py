@@ -103,10 +103,13 @@ def plot(record: dict, out_dir: str) -> list[str]:
 
 
 def main(argv: list[str]) -> None:
-    from core import results
+    import json
 
     path = argv[1] if len(argv) > 1 else "methods/od_verify/results/full.json"
-    record = results.load(path)
+    if not os.path.exists(path):
+        raise SystemExit(f"od_verify: no results file {path}; run the experiment first")
+    with open(path) as f:
+        record = json.load(f)
     print(bounds_table(record), "\n")
     print(cost_table(record))
 
