@@ -37,7 +37,7 @@ def gradient_step(
         value, metrics, grads, norm = _value_and_grads(loss, tx, state, batch, rng)
         kwargs = {} if update_args is None else update_args(value, metrics)
         updates, opt_state = tx.update(grads, state.opt_state, state.params, **kwargs)
-        params = _apply(tx, state.params, updates)
+        params = apply_updates(tx, state.params, updates)
         metrics = {"loss": value, **metrics, "grad_norm": norm}
         if opt_metrics is not None:
             metrics = {**metrics, **opt_metrics(opt_state)}
@@ -73,7 +73,7 @@ def _value_and_grads(loss, tx, state, batch, rng):
     return value, metrics, jax.tree.unflatten(treedef, grads), optax.tree.norm(own_grads)
 
 
-def _apply(tx, params, updates):
+def apply_updates(tx, params, updates):
     """`optax.apply_updates`, leaving a scoped tx's frozen leaves untouched (no arithmetic)."""
     trained = _trained(tx, params)
     if trained is None:
