@@ -192,6 +192,7 @@ class Outcome(NamedTuple):
     by: str  # "interval" | "mip" | "refined" | "reachable" | "limit" | "time"
     refinements: int
     spurious: int  # found points whose NMS keeps the object (boundary ties)
+    search_seconds: float = 0.0  # the exact searches' solver time
 
 
 def certify(
@@ -204,7 +205,7 @@ def certify(
     cert = float(boxes.interval_certificate(z.lo_N6, z.hi_N6, gt_4, q, s.iota, s.eta))
     if cert >= tau:
         return Outcome("safe", "interval", 0, 0)
-    exclude, spurious = [], 0
+    exclude, spurious, seconds = [], 0, 0.0
     for t in range(t_max + 1):
         found = mip.find_counterexample(
             z.lo_N6,
@@ -217,16 +218,17 @@ def certify(
             exclude=exclude,
             time_limit=s.time_limit,
         )
+        seconds += found.seconds
         if found.status == "none":
-            return Outcome("safe", "mip" if t == 0 else "refined", t, spurious)
+            return Outcome("safe", "mip" if t == 0 else "refined", t, spurious, seconds)
         if found.status == "unknown":
-            return Outcome("unknown", "time", t, spurious)
+            return Outcome("unknown", "time", t, spurious, seconds)
         spurious += not found.confirmed
         if t == t_max:
-            return Outcome("unknown", "limit", t, spurious)
+            return Outcome("unknown", "limit", t, spurious, seconds)
         d_min = pool.distance(found.z_N6, found.relevant)
         if d_min <= s.kappa:
-            return Outcome("unsafe", "reachable", t, spurious)
+            return Outcome("unsafe", "reachable", t, spurious, seconds)
         exclude.append((found.z_N6, d_min))
     raise AssertionError("unreachable")
 

@@ -15,8 +15,9 @@ def check_bench(entry: dict) -> None:
         assert positive(d[key]), key
     parts = d["parts"]
     assert positive(parts["part1"]) and parts["part3_sampling"] >= 0
-    assert parts["exact_search_solver"] >= 0 and parts["searches"] >= 0
+    assert parts["exact_search_solver"] >= 0
     assert set(parts["statuses"]) <= {"safe", "unsafe", "unknown"}
+    assert len(parts["decided_by"]) == len(parts["statuses"])
     # The counts are the formulas' at the smoke detector's output size (64 cells x 6 numbers).
     assert d["output_dim"] == 6 * 64
     ci = d["counts"]["ci"]
