@@ -70,7 +70,7 @@ def measure(*, smoke: bool = False) -> Result:
         lambda: [jax.block_until_ready(single(images[i])) for i in range(loop_n)], 3
     )
     s = verify.Settings.from_config(config.verify)
-    parts = _timed_parts(fwd, x0, runs._objects(scenes, 0), s)
+    parts = _timed_parts(fwd, x0, scenes.objects(0), s)
     n_out = x0.shape[0] // detector.STRIDE
     d = 6 * n_out * n_out
     paper = verify.Settings(alpha=0.0099, beta=0.0099, n1=30_000, n2=5_000, m2=2_000)

@@ -42,6 +42,11 @@ class Scenes(NamedTuple):
     classes_BK: np.ndarray  # int32: 0 square, 1 disc
     valid_BK: np.ndarray  # bool
 
+    def objects(self, i: int) -> list[tuple[np.ndarray, int]]:
+        """Image i's ground truth: (box_4, class) per valid slot."""
+        return [(self.boxes_BK4[i, k], int(self.classes_BK[i, k]))
+                for k in np.flatnonzero(self.valid_BK[i])]  # fmt: skip
+
     def batch(self) -> dict[str, np.ndarray]:
         """The dict a training step reads (`detector.loss`)."""
         return {

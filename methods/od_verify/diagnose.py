@@ -41,7 +41,7 @@ def object_rows(fwd, scenes, iota=0.25, eta=0.45) -> list[dict]:
         x0 = jnp.asarray(scenes.images_BSS3[i])
         out0 = fwd(x0[None])[0]
         keep = np.asarray(boxes.nms_keep(out0, iota, eta))
-        for gt, q in runs._objects(scenes, i):
+        for gt, q in scenes.objects(i):
             iou = np.asarray(boxes.iou(out0[:, :4], jnp.asarray(gt)))
             correct = keep & (np.asarray(out0[:, 4:]).argmax(1) == q)
             if not correct.any():

@@ -26,7 +26,7 @@ import numpy as np
 
 from configs import od_verify as od_config
 from methods import od_verify as odv
-from methods.od_verify import baselines, boxes, detector, verify
+from methods.od_verify import baselines, detector, verify
 
 # Parts' keys: fold_in(key of (image, eps), PART) - disjoint sample sets per part.
 PART1, POOL, SCALAR, PGD, RCP, COVER = range(6)
@@ -40,11 +40,6 @@ def forwarder(params, config):
 
 def _forward(params, cfg, images_BSS3):
     return detector.forward(params, images_BSS3, cfg)
-
-
-def _objects(scenes, i):
-    valid = np.flatnonzero(scenes.valid_BK[i])
-    return [(scenes.boxes_BK4[i, k], int(scenes.classes_BK[i, k])) for k in valid]
 
 
 def _coverage(sampler, z: verify.Z, n: int) -> float:
@@ -85,9 +80,7 @@ def verify_scene(fwd, x0, objects, eps, key, s, exp, with_rcp, with_coverage) ->
         rec["outside"] = _coverage(cover, z, exp.coverage_samples)
     scalar_sampler = verify.Sampler(fwd, x0, eps, jax.random.fold_in(key, SCALAR), s.chunk)
     for k, (gt, q) in enumerate(objects):
-        at_x0 = float(
-            boxes.best_iou(jnp.asarray(sampler.out0_N6, jnp.float32), gt, q, s.iota, s.eta)
-        )
+        at_x0 = sampler.iou_at_x0(gt, q, s.iota, s.eta)
         t0 = verify.certified_bound(z, pool, gt, q, s, at_x0, refinements=0)
         t1 = verify.certified_bound(z, pool, gt, q, s, at_x0, refinements=s.refinements, lower=t0)
         sampled = baselines.sampled_ious(scalar_sampler, gt, q, s)
@@ -159,24 +152,20 @@ def paper_setting(fwd, scenes, config, exp) -> dict:
     exp.paper_eps): its bound (T refinements), forward passes and wall time."""
     s = verify.Settings.from_config(exp.paper)
     bounds, samples, seconds = [], [], []
-    for i in range(len(scenes.images_BSS3)):
-        for gt, q in _objects(scenes, i):
-            if len(bounds) == exp.paper_objects:
-                break
-            key = _scene_key(config.seed + 7, i, 0)
-            x0 = jnp.asarray(scenes.images_BSS3[i])
-            start = time.perf_counter()
-            sampler = verify.Sampler(fwd, x0, exp.paper_eps, key, s.chunk)
-            z = verify.part1(sampler, s)
-            pool = verify.Pool(
-                verify.Sampler(fwd, x0, exp.paper_eps, jax.random.fold_in(key, POOL), s.chunk), s
-            )
-            at_x0 = float(
-                boxes.best_iou(jnp.asarray(sampler.out0_N6, jnp.float32), gt, q, s.iota, s.eta)
-            )
-            bounds.append(verify.certified_bound(z, pool, gt, q, s, at_x0, s.refinements))
-            samples.append(sampler.count + pool.sampler.count)
-            seconds.append(time.perf_counter() - start)
+    firsts = [(i, gt, q) for i in range(len(scenes.images_BSS3)) for gt, q in scenes.objects(i)]
+    for i, gt, q in firsts[: exp.paper_objects]:
+        key = _scene_key(config.seed + 7, i, 0)
+        x0 = jnp.asarray(scenes.images_BSS3[i])
+        start = time.perf_counter()
+        sampler = verify.Sampler(fwd, x0, exp.paper_eps, key, s.chunk)
+        z = verify.part1(sampler, s)
+        pool = verify.Pool(
+            verify.Sampler(fwd, x0, exp.paper_eps, jax.random.fold_in(key, POOL), s.chunk), s
+        )
+        at_x0 = sampler.iou_at_x0(gt, q, s.iota, s.eta)
+        bounds.append(verify.certified_bound(z, pool, gt, q, s, at_x0, s.refinements))
+        samples.append(sampler.count + pool.sampler.count)
+        seconds.append(time.perf_counter() - start)
     return {
         "paper/bound": float(np.mean(bounds)),
         "paper/samples": float(np.mean(samples)),
@@ -255,7 +244,7 @@ def run(config, run_dir: str) -> dict:
                 verify_scene(
                     fwd,
                     jnp.asarray(scenes.images_BSS3[i]),
-                    _objects(scenes, i),
+                    scenes.objects(i),
                     eps_255 / 255,
                     _scene_key(config.seed, i, j),
                     s,

@@ -113,6 +113,10 @@ class Sampler:
         self.seconds = 0.0
         self.out0_N6 = np.asarray(forward(jnp.asarray(x0_SS3)[None]))[0].astype(np.float64)
 
+    def iou_at_x0(self, gt_4, q: int, iota: float, eta: float) -> float:
+        """The post-NMS best-box IoU of F(x0), a point of Z (the certified bound's ceiling)."""
+        return float(boxes.best_iou(jnp.asarray(self.out0_N6, jnp.float32), gt_4, q, iota, eta))
+
     def draw(self, n: int) -> np.ndarray:
         start = time.perf_counter()
         self.key, key = jax.random.split(self.key)

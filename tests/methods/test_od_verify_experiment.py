@@ -37,7 +37,7 @@ def test_one_scene_end_to_end_is_sound_at_its_own_level(scene):
     c, fwd, scenes = scene
     exp = ConfigDict(experiment.EXP["quick"] | {"rcp_images": 1})
     s = verify.Settings.from_config(c.verify)
-    rec = runs.verify_scene(fwd, jnp.asarray(scenes.images_BSS3[0]), runs._objects(scenes, 0),
+    rec = runs.verify_scene(fwd, jnp.asarray(scenes.images_BSS3[0]), scenes.objects(0),
                             2 / 255, jax.random.key(0), s, exp, with_rcp=True,
                             with_coverage=True)  # fmt: skip
     assert rec["objects"] and rec["odpv_samples"] >= s.n1 + s.n2_used
@@ -53,7 +53,7 @@ def test_one_scene_end_to_end_is_sound_at_its_own_level(scene):
 def test_pgd_finds_no_higher_iou_than_the_clean_image_and_lowers_the_surrogate(scene):
     c, fwd, scenes = scene
     x0 = jnp.asarray(scenes.images_BSS3[0])
-    gt, q = runs._objects(scenes, 0)[0]
+    gt, q = scenes.objects(0)[0]
     clean = float(boxes.best_iou(fwd(x0[None])[0], jnp.asarray(gt), q, 0.25, 0.45))
     attacked = baselines.pgd_iou(fwd, x0, gt, q, 8 / 255, jax.random.key(0), steps=20)
     assert attacked <= clean
