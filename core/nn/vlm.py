@@ -14,12 +14,16 @@ gets m^2 times fewer image tokens (N = (H/p)(W/p) / m^2, in row-major block orde
     cache = init_cache(cfg, B, max_len)                # decoding: prefill image + prompt,
     out = apply(cfg, params, images, prompt_BT, cache=cache)   # then one text token a call:
     out = step(cfg, params, next_B1, out.cache, gate_mask_LF=mask_LF)
+    pp = {"model": params, "image_BND": image_embeddings(cfg, params, images)[0]}  # or sampler:
+    out = sampler.sample_jit(policy(cfg, image_token), pp, prompt_BP, rng=key, max_new_tokens=8)
 
 The decoder's mask is causal over [image tokens; text tokens], as in Qwen2-VL's language model:
 the ViT already mixes the image bidirectionally, so a prefix-LM block mask would add nothing the
 text positions need, and the causal form keeps the decoder the LM it is (the same numbers,
 exact KV-cached decoding without block ids). Image positions never see the text; every text
-position sees the whole image. Rotary positions run 0 .. N + T - 1 over both.
+position sees the whole image. Rotary positions run 0 .. N + T - 1 over both. Through the
+sampler (`policy`), prompt_BP is left-padded [pad..., image_token x N, text...]: N placeholder
+ids stand where the image goes, so the same positions and mask give the same logits.
 
 The lesion (`gate_mask_LF` [decoder layers, d_ff]) multiplies each decoder MLP's gate
 pre-activation along its LAST axis, the unit axis, at every position and every cached step
@@ -36,6 +40,7 @@ T text tokens, D width, F decoder d_ff, L decoder layers, V vocab.
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +48,7 @@ from flax import nnx
 
 from core.errors import ConfigError
 from core.nn import image, layers, transformer, vit
+from core.nn.policy import Policy
 from core.nn.pure import PureModule
 
 Output = transformer.Output
@@ -251,3 +257,81 @@ def step(
 def init_cache(cfg: VLMConfig, batch_size: int, max_len: int) -> transformer.KVCache:
     """An empty decoder cache of max_len slots (image tokens + prompt + generated text)."""
     return transformer.init_cache(cfg.decoder, batch_size, max_len)
+
+
+def _splice_image(image_BND, x_BTD, tokens_BT, key_mask_BT, image_token):
+    """x_BTD with the k-th placeholder of each row (counting over this call's T positions)
+    replaced by image_BND[:, k]. Padding never counts (image_token may equal the pad id). The
+    index is clipped so that non-placeholder positions (all of them in a T = 1 decode step)
+    still gather a valid row, which jnp.where then discards."""
+    is_image_BT = tokens_BT == image_token
+    if key_mask_BT is not None:
+        is_image_BT &= key_mask_BT.astype(bool)
+    k_BT = jnp.clip(jnp.cumsum(is_image_BT, axis=1) - 1, 0, image_BND.shape[1] - 1)
+    image_BTD = jnp.take_along_axis(image_BND, k_BT[..., None], axis=1)
+    return jnp.where(is_image_BT[..., None], image_BTD.astype(x_BTD.dtype), x_BTD)
+
+
+def _policy_apply(
+    cfg: VLMConfig,
+    image_token: int,
+    params: dict,
+    tokens_BT=None,
+    *,
+    positions_BT=None,
+    key_mask_BT=None,
+    cache=None,
+    embeddings_BTD=None,
+):
+    """`Policy.apply` for params {"model", "image_BND"}: (logits [B, T, V] float32, cache)."""
+    if (tokens_BT is None) == (embeddings_BTD is None):
+        raise ValueError("pass exactly one of tokens_BT and embeddings_BTD")
+    decoder = params["model"]["decoder"]
+    if embeddings_BTD is None:  # soft tokens (the sampler's embeddings path) are fed as given
+        text_BTD = transformer.embed(cfg.decoder, decoder, tokens_BT)
+        embeddings_BTD = _splice_image(
+            params["image_BND"], text_BTD, tokens_BT, key_mask_BT, image_token
+        )
+    out = transformer.forward(
+        cfg.decoder,
+        decoder,
+        embeddings_BTD=embeddings_BTD,
+        positions_BT=positions_BT,
+        key_mask_BT=key_mask_BT,
+        cache=cache,
+    )
+    return out.logits_BTV, out.cache
+
+
+def _policy_embed(cfg: VLMConfig, params: dict, tokens_BT):
+    return transformer.embed(cfg.decoder, params["model"]["decoder"], tokens_BT)
+
+
+@functools.lru_cache(maxsize=64)
+def _policy(cfg: VLMConfig, image_token: int) -> Policy:
+    return Policy(
+        apply=functools.partial(_policy_apply, cfg, image_token),
+        init_cache=functools.partial(init_cache, cfg),
+        embed=functools.partial(_policy_embed, cfg),
+    )
+
+
+def policy(cfg: VLMConfig, image_token: int) -> Policy:
+    """The VLM as a `core.nn.policy.Policy`, for `core.nn.sampler` and `core.grpo`.
+
+    Its params are {"model": vlm params, "image_BND": `image_embeddings(...)[0]`}; its prompts
+    are left-padded [pad..., image_token x N, text...], the N placeholders (an id the caller
+    reserves) standing where the image goes, so positions and the causal mask are those of
+    `apply` on the unpadded text. A generated image_token would be read as the image's first
+    token: keep the reserved id out of what the model emits. Cached per (cfg, image_token), so
+    jit compiles once.
+    """
+    if (
+        not isinstance(image_token, int)
+        or isinstance(image_token, bool)
+        or not 0 <= image_token < cfg.decoder.vocab_size
+    ):
+        raise ValueError(
+            f"image_token={image_token!r} must be an int in [0, {cfg.decoder.vocab_size})"
+        )
+    return _policy(cfg, image_token)

@@ -1,7 +1,8 @@
 """core.nn.vlm: image tokens precede text, a patch reaches the logits only through the encoder
 (gradient check), the gate captures against a forward by hand, the unit lesion masks units (not
 positions) at every position and every cached step, one compiled function for every mask and
-vmap over masks equal to a loop."""
+vmap over masks equal to a loop; the sampler's policy (image placeholders in a left-padded
+prompt) gives apply's logits and its greedy decoding."""
 
 import functools
 
@@ -12,7 +13,7 @@ import pytest
 from flax import nnx
 
 from core.errors import ConfigError
-from core.nn import attention, transformer, vit, vlm
+from core.nn import attention, sampler, transformer, vit, vlm
 
 CFG = vlm.VLMConfig(
     vit=vit.ViTConfig(
@@ -254,3 +255,69 @@ def test_precomputed_image_embeddings_tiled_over_rows_equal_encoding_each_row():
     np.testing.assert_allclose(tiled.logits_BTV, direct.logits_BTV, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="not both"):
         vlm.apply(CFG, params(), images, tokens[:2], image_BND=embedded)
+
+
+def placeholder_prompts(text_rows, image_token):
+    """Left-padded (pad id 0) [pad, image_token x N, text] prompts [B, P] and their mask."""
+    width = N + max(len(t) for t in text_rows)
+    pads = [width - N - len(t) for t in text_rows]
+    rows = [[0] * p + [image_token] * N + t for p, t in zip(pads, text_rows, strict=True)]
+    mask = [[False] * p + [True] * (width - p) for p in pads]
+    return jnp.asarray(rows, jnp.int32), jnp.asarray(mask)
+
+
+def policy_case():
+    """Images [3, ...], text rows of 4, 2 and 3 ids in [1, 12) (neither placeholder id used
+    below) and the policy's params."""
+    rng = np.random.default_rng(7)
+    text_rows = [rng.integers(1, 12, size=n).tolist() for n in (4, 2, 3)]
+    x = images(batch=3)
+    image_BND, _ = vlm.image_embeddings(CFG, params(), x)
+    return x, text_rows, {"model": params(), "image_BND": image_BND}
+
+
+@pytest.mark.parametrize("image_token", [12, 0])  # 0: the placeholder id is the pad id too
+def test_policy_prefill_gives_applys_last_logits_for_every_padding(image_token):
+    x, text_rows, pp = policy_case()
+    prompt_BP, mask_BP = placeholder_prompts(text_rows, image_token)
+    pol = vlm.policy(CFG, image_token)
+    assert pol is vlm.policy(CFG, image_token)  # cached: jit sees one static policy
+    positions_BP = jnp.maximum(jnp.cumsum(mask_BP, axis=1) - 1, 0)  # as the sampler's
+    cache = pol.init_cache(3, prompt_BP.shape[1])
+    logits_BPV, _ = jax.jit(pol.apply)(
+        pp, prompt_BP, positions_BT=positions_BP, key_mask_BT=mask_BP, cache=cache
+    )
+    for i, text in enumerate(text_rows):
+        want_V = apply(CFG, params(), x[i : i + 1], jnp.asarray([text])).logits_BTV[0, -1]
+        # The same float32 math; padding keys add exact zeros to the softmax, so only rounding
+        # (another program, another cache length) separates the two.
+        np.testing.assert_allclose(logits_BPV[i, -1], want_V, rtol=1e-5, atol=1e-5)
+
+
+def test_policy_greedy_sampling_equals_argmax_over_applys_full_sequence():
+    x, text_rows, pp = policy_case()
+    image_token = 0  # = the pad id; the model below never emits it (asserted)
+    prompt_BP, mask_BP = placeholder_prompts(text_rows, image_token)
+    out = sampler.sample_jit(
+        vlm.policy(CFG, image_token),
+        pp,
+        prompt_BP,
+        rng=jax.random.key(0),
+        max_new_tokens=5,
+        prompt_mask_BP=mask_BP,
+        temperature=0.0,
+    )
+    for i, text in enumerate(text_rows):
+        seq = list(text)
+        for _ in range(5):  # no cache: the whole growing sequence each step
+            logits_TV = apply(CFG, params(), x[i : i + 1], jnp.asarray([seq])).logits_BTV[0]
+            seq.append(int(jnp.argmax(logits_TV[-1])))
+        # A generated placeholder id would be read as an image token: the comparison needs none.
+        assert image_token not in seq[len(text) :]
+        np.testing.assert_array_equal(out.tokens_BN[i], seq[len(text) :])
+
+
+@pytest.mark.parametrize("image_token", [13, -1, 1.0, True, "12"])
+def test_policy_rejects_an_image_token_outside_the_vocabulary(image_token):
+    with pytest.raises(ValueError, match=r"image_token=.* must be an int in \[0, 13\)"):
+        vlm.policy(CFG, image_token)
