@@ -29,6 +29,9 @@ from methods.tte import runs
 
 SEEDS = (0, 1, 2)
 LR_GRID = (1e-3, 3e-3, 1e-2)  # a pilot (300 steps): 1e-2 trained worse than 3e-3 for both
+# Widened where the first full run chose an edge (the runner refuses an unfinished grid): the
+# baseline chose 1e-3, the lower edge; the last-layer pooler chose 1e-2, the upper one.
+WIDER = {"baseline": (3e-4, *LR_GRID), "tte_u_pooler": (*LR_GRID, 3e-2)}
 SELECT_ON = "validation/p1/mean"
 EXP = {
     "full": dict(size="small", queries=300, reasoner_lr=3e-3),
@@ -66,14 +69,14 @@ CLAIMS = (
            "baseline"),
     _claim("beats", "trace-only retrieval below TTE_t", "mean", "tte_t", 0.05, "trace_only"),
     _claim("no_worse", "TTE_u (mid-layer MHSA) ~ the separate TTE_s embedder", "mean",
-           "tte_u_mhsa", -0.05, "tte_s"),
+           "tte_u_mhsa", 0.05, "tte_s"),
     _claim("beats", "TTE_u: mid-layer MHSA head above the last-layer pooler", "mean",
            "tte_u_mhsa", 0.0, "tte_u_pooler"),
 )  # fmt: skip
 
 EXPERIMENT = Experiment(
     slug="tte",
-    arms=tuple(Arm(name, grid={"lr": LR_GRID}) for name in runs.ARMS),
+    arms=tuple(Arm(name, grid={"lr": WIDER.get(name, LR_GRID)}) for name in runs.ARMS),
     quick_arms=(Arm("baseline", settings={"lr": 3e-3}), Arm("tte_t", settings={"lr": 3e-3})),
     seeds=SEEDS,
     config_of=config_of,

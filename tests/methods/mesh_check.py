@@ -1,14 +1,15 @@
-"""Shared by the methods whose models call a Pallas kernel: train a few steps on a mesh."""
+"""Shared by the methods whose steps must agree across meshes (a Pallas kernel, a global batch's
+negatives): train a few steps on a mesh."""
 
 import jax
 
 from core import train
 
 
-def losses_on_mesh(config, make, *, steps: int = 3) -> tuple[list[float], bool]:
-    """(the losses of `steps` training steps of `config` on its mesh over the 8 test devices,
-    whether the traced step contains a shard_map)."""
-    session = train.init(config, make(config), devices=jax.devices()[:8])
+def losses_on_mesh(config, make, *, steps: int = 3, devices=None) -> tuple[list[float], bool]:
+    """(the losses of `steps` training steps of `config` on its mesh over `devices` (default:
+    the 8 test devices), whether the traced step contains a shard_map)."""
+    session = train.init(config, make(config), devices=devices or jax.devices()[:8])
     state = session.state
     jaxpr = str(session.step.trace(state, session.next_batch()).jaxpr)
     losses = []

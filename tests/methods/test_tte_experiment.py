@@ -1,0 +1,92 @@
+"""Think-Then-Embed's experiment: the claims from a record alone (each able to fail), the learning
+rate chosen on validation only, the committed full run, the quick experiment (slow)."""
+
+import copy
+import math
+import os
+
+import pytest
+
+from core import experiment_runner, results
+from methods.tte import experiment
+
+BASE = {  # test P@1 per arm where every claim holds (validation mean peaks at lr 3e-3)
+    "baseline": dict(compositional=0.02, vqa=0.80, simple=0.02, mean=0.25),
+    "tte_t": dict(compositional=0.73, vqa=0.98, simple=0.04, mean=0.70),
+    "tte_s": dict(compositional=0.72, vqa=0.98, simple=0.04, mean=0.69),
+    "final_only": dict(compositional=0.70, vqa=0.98, simple=0.03, mean=0.66),
+    "noisy_0.1": dict(compositional=0.70, vqa=0.95, simple=0.03, mean=0.66),
+    "noisy_0.3": dict(compositional=0.68, vqa=0.90, simple=0.03, mean=0.60),
+    "noisy_0.5": dict(compositional=0.40, vqa=0.80, simple=0.03, mean=0.45),
+    "trace_only": dict(compositional=0.72, vqa=0.98, simple=0.00, mean=0.55),
+    "tte_u_mhsa": dict(compositional=0.70, vqa=0.97, simple=0.03, mean=0.67),
+    "tte_u_pooler": dict(compositional=0.30, vqa=0.90, simple=0.01, mean=0.40),
+}
+
+
+def _record(breaks: dict | None = None) -> dict:
+    rows = []
+    for a in experiment.EXPERIMENT.arms:
+        arm = a.name
+        for lr in a.grid["lr"]:
+            for seed in experiment.SEEDS:
+                test = BASE[arm] | (breaks or {}).get(arm, {})
+                row = {f"test/p1/{k}": v + 0.002 * seed for k, v in test.items()}
+                distance = abs(math.log10(lr / 3e-3))  # the validation optimum: the middle
+                row["validation/p1/mean"] = BASE[arm]["mean"] - 0.1 * distance + 0.001 * seed
+                rows.append({"arm": arm, "lr": lr, "seed": seed, **row})
+    arms = {a.name: experiment_runner._arm_settings(a) for a in experiment.EXPERIMENT.arms}
+    config = {"quick": False, "seeds": list(experiment.SEEDS), "arm_key": "arm",
+              "select_on": experiment.SELECT_ON, "rule": "max", "at_chance": None,
+              "arms": arms}  # fmt: skip
+    return {"method": "tte", "run": "full", "config": config, "rows": rows}
+
+
+def test_claims_come_from_the_record_alone_and_each_can_fail():
+    claims = experiment.claims_from_results(_record())
+    assert len(claims) == len(experiment.CLAIMS) and all(c.holds for c in claims)
+    breaks = [  # one plausible failure per claim, in the claims' order
+        {"baseline": {"compositional": 0.65}},  # the trace helps by less than 0.10
+        {"tte_s": {"compositional": 0.01}},  # the reasoner's traces are useless
+        {"tte_s": {"compositional": 0.80}},  # the student beats its teacher
+        {"baseline": {"vqa": 0.95}},  # VQA needs no trace
+        {"baseline": {"simple": 0.06}},  # the trace hurts simple retrieval
+        {"final_only": {"mean": 0.75}},  # the answer alone is better
+        {"noisy_0.1": {"compositional": 0.01}},  # a little noise ruins the embedder
+        {"noisy_0.3": {"compositional": 0.01}},
+        {"trace_only": {"mean": 0.68}},  # the trace alone is as good
+        {"tte_u_mhsa": {"mean": 0.55}},  # the head falls far behind the separate embedder
+        {"tte_u_pooler": {"mean": 0.70}},  # the last-layer pooler is as good
+    ]
+    assert len(breaks) == len(experiment.CLAIMS)
+    for i, b in enumerate(breaks):
+        broken = experiment.claims_from_results(_record(b))
+        failing = {j for j, c in enumerate(broken) if not c.holds}
+        assert failing == {i}, (b, failing)
+
+
+def test_the_learning_rate_is_chosen_on_validation_not_test():
+    record = _record()
+    for row in record["rows"]:  # test scores that would favour another learning rate
+        row["test/p1/mean"] += 1.0 if row["lr"] < 3e-3 else 0.0
+    chosen = experiment_runner.choices(record)
+    assert {sel.point["lr"] for sel in chosen.values()} == {3e-3}
+
+
+def test_the_committed_full_run_rederives_its_claims():
+    path = results.path("tte", "full")
+    if not os.path.exists(path):
+        pytest.skip("no committed full run yet")
+    record = results.load("tte", "full")
+    claims = experiment.claims_from_results(copy.deepcopy(record))
+    assert len(claims) == len(experiment.CLAIMS)
+    assert {r["seed"] for r in record["rows"]} == set(experiment.SEEDS)
+
+
+@pytest.mark.slow
+def test_quick_experiment_shows_the_trace_helping_on_compositional_families(tmp_path):
+    report = experiment.run(str(tmp_path), quick=True)
+    names = [c.text for c in report.claims if not c.holds]
+    assert report.claims and not names, names
+    derived = experiment.claims_from_results(report.results)
+    assert [c.to_dict() for c in derived] == [c.to_dict() for c in report.claims]
