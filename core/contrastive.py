@@ -18,7 +18,11 @@ chunk, re-run the embedder and back-propagate the cached embedding gradient (a V
 parameter gradients in a `lax.scan`. The gradient equals the full-batch one; peak activation
 memory is one chunk's, so the contrastive batch can be far larger than one forward fits.
 `embed` must be deterministic (the two passes must agree): no dropout, or its randomness drawn
-from the inputs.
+from the inputs. Chunks are strided (`_chunked`); with the batch sharded over D devices choose
+`chunks` so that B / chunks is a multiple of D: each chunk is then split evenly over the devices
+and the loop over chunks holds no collective. (With 4-row chunks on 8 CPU devices, the step's
+executable deadlocked in an all-gather inside the loop when XLA:CPU loaded it from the
+persistent compile cache; freshly compiled it ran. tests/methods/test_tte.py runs 8-row chunks.)
 """
 
 from collections.abc import Callable, Sequence
@@ -62,16 +66,24 @@ def info_nce(q_BD, t_BD, *, tau: float, labels_B=None):
 
 
 def _chunked(x, chunks: int):
+    """[B, ...] -> [C, B/C, ...] with chunk c = rows c, c + C, c + 2C, ...: strided, so that with
+    the batch sharded over devices in contiguous blocks every chunk holds an equal share of each
+    device's rows and the loop over chunks runs on local data (contiguous chunks would each live
+    on a few devices and be moved every iteration)."""
     if x.shape[0] % chunks:
         raise ConfigError(f"grad cache: batch of {x.shape[0]} does not split into {chunks} chunks")
-    return x.reshape(chunks, x.shape[0] // chunks, *x.shape[1:])
+    return x.reshape(x.shape[0] // chunks, chunks, *x.shape[1:]).swapaxes(0, 1)
+
+
+def _unchunked(x_C):
+    """`_chunked`'s inverse: [C, B/C, ...] -> [B, ...] in the batch's row order."""
+    return x_C.swapaxes(0, 1).reshape(-1, *x_C.shape[2:])
 
 
 def embed_chunks(embed: Callable, params, chunks_C):
     """Pass 1: embed(params, chunk) for each chunk of a [C, B/C, ...] pytree, as one [B, ...]
     array; only one chunk's activations live at a time."""
-    e = jax.lax.map(lambda xb: embed(params, xb), chunks_C)
-    return e.reshape(-1, *e.shape[2:])
+    return _unchunked(jax.lax.map(lambda xb: embed(params, xb), chunks_C))
 
 
 def backprop_chunks(embed: Callable, params, chunks_C, d_emb_C, grads=None):

@@ -9,6 +9,7 @@ from core import digits, train
 from core.errors import ConfigError
 from methods import tte
 from methods.tte import embedder, examples, runs, tasks, traces
+from tests.methods.mesh_check import losses_on_mesh
 
 
 @pytest.fixture(scope="module")
@@ -179,3 +180,16 @@ def test_unknown_words_and_families_are_named():
         tasks.encode(["seventeen"])
     with pytest.raises(ConfigError, match="family 'sum'"):
         examples.eval_queries(tasks.split("validation"), "sum", 2, 0)
+
+
+def test_negatives_span_the_global_batch_on_a_mesh():
+    """GradCache's step on 8 devices (16 rows over the data axis, two chunks of 8: one row per
+    device each) gives one device's losses: every query is scored against all 16 targets, not
+    its device's two (a local-negatives bug would give a loss near 0). float32 sums in another
+    order: rtol 1e-5."""
+    config = runs.role_config("smoke", 0, 1e-3, "embedder")
+    config.mesh.shape = (1, 1, 1)
+    one, _ = losses_on_mesh(config, tte.make, devices=jax.devices()[:1])
+    config.mesh.shape = (8, 1, 1)
+    eight, _ = losses_on_mesh(config, tte.make)
+    np.testing.assert_allclose(eight, one, rtol=1e-5)
