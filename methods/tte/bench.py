@@ -133,7 +133,7 @@ def measure(*, smoke: bool = False) -> Result:
         name: median_seconds(lambda s=step: jax.block_until_ready(s(state, batch)), 3)
         for name, step in steps.items()
     }
-    sizes = (64, 128) if smoke else (256, 512, 1024, 2048, 4096, 8192)
+    sizes = (64,) if smoke else (256, 512, 1024, 2048, 4096, 8192)
     fit = largest_batch(embed_fn, tx, c.tte.tau, state, sizes)
     tokens_per_s, decode_s = decode_rate(cfg, 64 if smoke else 512)
     ratios = [
