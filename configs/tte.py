@@ -9,7 +9,9 @@ Options: mesh (a preset in configs/common.py); size (smoke: tests | quick: the q
 | small: the full experiment); role (embedder: the VLM embedder trained with InfoNCE through
 GradCache | reasoner: the VLM reasoner's SFT on teacher traces | unified: TTE_u's head on a frozen
 reasoner, whose run's workdir `reasoner` names); style (none | full | final: the embedder's
-query trace); rho (the noisy teacher's rate); head (mhsa | pooler: TTE_u's head).
+query trace); families (image: the six families over digit images | text: the plain-text
+compositional families, methods/tte/text.py); rho (the noisy teacher's rate); head (mhsa |
+pooler: TTE_u's head).
 """
 
 from ml_collections import ConfigDict
@@ -57,6 +59,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
             "rho": "0",
             "head": "mhsa",
             "reasoner": "",
+            "families": "image",
         },
     )
     size = choose("size", opts["size"], SIZES)
@@ -71,6 +74,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.tte = ConfigDict(
         dict(
             role=role,
+            families=opts["families"],  # image: the six image-task families | text (text.py)
             style=opts["style"],  # the query's trace (methods/tte/tasks.py)
             rho=float(opts["rho"]),
             trace_only=False,

@@ -102,6 +102,12 @@ class Experiment:
     quick_seeds: tuple[int, ...] | None = None  # None: `seeds`
     at_chance: float | None = None  # see the module docstring; None: no arm is exempt
     sources: tuple[str, ...] | None = None  # a run's code key; None: results.run_sources(slug)
+    part: str = ""  # one part of a method's experiment in several: its record is "full_<part>"
+
+    def run_name(self, quick: bool) -> str:
+        """The record's run: "full" / "quick", or "full_<part>" / "quick_<part>"."""
+        name = "quick" if quick else "full"
+        return f"{name}_{self.part}" if self.part else name
 
     def __post_init__(self):
         where = f"{self.slug}: Experiment"
@@ -206,7 +212,7 @@ def measure(experiment: Experiment, workdir: str, *, quick: bool = False) -> dic
     }
     record = results.record(
         e.slug,
-        "quick" if quick else "full",
+        e.run_name(quick),
         config=config,
         rows=rows,
         run_sources_hash=code,

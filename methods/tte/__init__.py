@@ -28,7 +28,7 @@ from core import checkpoint, contrastive, data, digits, optim
 from core.errors import ConfigError
 from core.method import Method
 from core.nn import transformer, vlm
-from methods.tte import embedder, examples, heads, tasks, traces
+from methods.tte import embedder, examples, heads, tasks, text, traces
 
 VALIDATION_SEED = 1  # the validation queries; the test queries use TEST_SEED
 TEST_SEED = 2
@@ -36,7 +36,7 @@ TEST_SEED = 2
 
 def query_format(config) -> examples.QueryFormat:
     t = config.tte
-    return examples.QueryFormat(t.style, float(t.rho), bool(t.trace_only)).check()
+    return examples.QueryFormat(t.style, float(t.rho), bool(t.trace_only), t.families).check()
 
 
 def _check(config) -> None:
@@ -85,6 +85,8 @@ def validation_precision(config, embed_fn, params, split_name="validation", seed
     the config's style and rho): what `core.train` logs and what the experiment selects on."""
     fmt, n = query_format(config), config.tte.eval_queries
     s = tasks.split(split_name)
+    if fmt.families == "text":
+        return text_precision(embed_fn, params, s, split_name, n, seed, fmt.style)
     clf = _classifier(config) if fmt.style != "none" else None
     queries, sides = {}, {}
     for family in tasks.FAMILIES:
@@ -92,6 +94,18 @@ def validation_precision(config, embed_fn, params, split_name="validation", seed
         perceived = traces.perceive(clf.params, q) if clf else np.full((n, 2), -1)
         words = traces.teacher(q, perceived, style=fmt.style, rho=fmt.rho, seed=seed)
         sides[family] = traces.query_sides(q, words, trace_only=fmt.trace_only)
+    p = embedder.precision(embed_fn, params, queries, sides, examples.gallery(s))
+    return {**{f"p1/{f}": v for f, v in p.items()}, "p1/mean": float(np.mean(list(p.values())))}
+
+
+def text_precision(embed_fn, params, s, group, n, seed, style, answers_of=None) -> dict:
+    """{"p1/<family>", "p1/mean"} on the text families' queries over pairs of `group`, with
+    traces around `answers_of(q)` (default: the teacher's, computed from the query's digits)."""
+    queries, sides = {}, {}
+    for family in tasks.TEXT_FAMILIES:
+        q = queries[family] = text.eval_queries(s, family, group, n, seed)
+        answers = answers_of(q) if answers_of else text.answers(q)
+        sides[family] = text.query_sides(q, answers, style)
     p = embedder.precision(embed_fn, params, queries, sides, examples.gallery(s))
     return {**{f"p1/{f}": v for f, v in p.items()}, "p1/mean": float(np.mean(list(p.values())))}
 
@@ -182,7 +196,8 @@ def make(config) -> Method:
         return contrastive.info_nce(e["query"], e["target"], tau=t.tau, labels_B=batch["label"])
 
     def dataset(split, *, shard, seed):
-        example = functools.partial(examples.pair, s=train_split, fmt=fmt)
+        make_pair = text.pair if fmt.families == "text" else examples.pair
+        example = functools.partial(make_pair, s=train_split, fmt=fmt)
         return data.synthetic(example, global_batch=config.train.batch_size, seed=seed, shard=shard)
 
     def evaluate(state, *, seed):

@@ -83,7 +83,7 @@ def embed_all(embed_fn, params, image_N, tokens_N, batch: int = 512) -> np.ndarr
 
 def targets(g: examples.Gallery, family: str):
     """(images, tokens) of a family's candidates: the split's gallery, or its label texts."""
-    if family in tasks.IMAGE_FAMILIES:
+    if family in tasks.IMAGE_TARGETS:
         eos = tasks.target_text("simple", 0)
         return g.image, np.repeat(eos[None], len(g.image), 0)
     ids = examples.text_gallery(family)
@@ -100,7 +100,7 @@ def precision(embed_fn, params, queries: dict, query_sides: dict, g: examples.Ga
         e_q = embed_all(embed_fn, params, *query_sides[family])
         e_t = (
             gallery_e
-            if family in tasks.IMAGE_FAMILIES
+            if family in tasks.IMAGE_TARGETS
             else embed_all(embed_fn, params, *targets(g, family))
         )
         out[family] = examples.precision_at_1(q, e_q @ e_t.T)

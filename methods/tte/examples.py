@@ -22,6 +22,8 @@ from core.errors import ConfigError
 from methods.tte import tasks
 from methods.tte.tasks import FAMILIES, IMAGE_FAMILIES, SHIFTS
 
+FAMILY_SETS = {"image": FAMILIES, "text": tasks.TEXT_FAMILIES}
+
 
 class QueryFormat(NamedTuple):
     """What a query holds besides its image and instruction."""
@@ -29,8 +31,13 @@ class QueryFormat(NamedTuple):
     style: str = "none"  # tasks.STYLES: no trace, the full ECR, the final answer only
     rho: float = 0.0  # the noisy teacher's corruption rate (training and evaluation traces)
     trace_only: bool = False  # the trace alone: no image, no instruction (text-only retrieval)
+    families: str = "image"  # FAMILY_SETS: the six image-task families, or the plain-text ones
 
     def check(self) -> "QueryFormat":
+        if self.families not in FAMILY_SETS:
+            raise ConfigError(f"tte: families={self.families!r}; one of {', '.join(FAMILY_SETS)}")
+        if self.families == "text" and self.trace_only:
+            raise ConfigError("tte: trace_only is an image-family arm; families=text has none")
         if self.style not in tasks.STYLES:
             raise ConfigError(f"tte: trace style {self.style!r}; one of {', '.join(tasks.STYLES)}")
         if not 0.0 <= self.rho <= 1.0:
@@ -141,7 +148,7 @@ def gallery(s: tasks.Split) -> Gallery:
     return Gallery(images, rows, s.labels_N[rows])
 
 
-def _negatives(rng, g_label, g_row, family, a, row) -> np.ndarray:
+def negatives(rng, g_label, g_row, family, a, row) -> np.ndarray:
     """GALLERY_SIZE - 1 distinct gallery indices that are wrong answers."""
     wrong = g_row != row if family == "simple" else g_label != a
     pool = np.flatnonzero(wrong)
@@ -175,7 +182,7 @@ def eval_queries(s: tasks.Split, family: str, n: int, seed: int) -> Queries:
         else:
             positive = int(rng.choice(s.by_class[a])) * len(SHIFTS) + int(rng.integers(9))
         out["positive"].append(positive)
-        out["negatives"].append(_negatives(rng, label_g, rows_g, family, a, rows[0]))
+        out["negatives"].append(negatives(rng, label_g, rows_g, family, a, rows[0]))
     arrays = {f: np.asarray(v) for f, v in out.items() if v}
     return Queries(family=family, negatives=arrays.pop("negatives", None), **arrays)
 

@@ -17,6 +17,9 @@ The claims, written before the first full run (paired by seed, on test P@1):
 6. trace-only retrieval is below TTE_t (mean, by 0.05);
 7. TTE_u's mid-layer MHSA head is within 0.05 of the separately trained TTE_s embedder (mean),
    and beats the last-layer attention pooler.
+
+A full run has a second part with its own record, "full_text" (`experiment_text`): the
+compositional instructions as plain text, with SmolLM2-135M-Instruct as a reasoner.
 """
 
 from ml_collections import ConfigDict
@@ -25,7 +28,7 @@ from configs import tte as tte_config
 from core import experiment_runner
 from core.claims import IntervalClaim, Report
 from core.experiment_runner import Arm, ClaimSpec, Experiment
-from methods.tte import runs
+from methods.tte import experiment_text, runs
 
 SEEDS = (0, 1, 2)
 LR_GRID = (1e-3, 3e-3, 1e-2)  # a pilot (300 steps): 1e-2 trained worse than 3e-3 for both
@@ -83,7 +86,9 @@ EXPERIMENT = Experiment(
     run=runs.run,
     select_on=SELECT_ON,
     claims=CLAIMS,
+    sources=runs.SOURCES,
 )
+RESULT_RUNS = ("full", "full_text")  # launch.reproduce saves and re-derives each
 
 
 def measure(workdir: str, *, quick: bool = False) -> dict:
@@ -91,10 +96,25 @@ def measure(workdir: str, *, quick: bool = False) -> dict:
 
 
 def claims_from_results(record: dict) -> list[IntervalClaim]:
+    """The claims of one record: the image part's, or the plain-text part's ("full_text")."""
+    if record["run"].endswith("_text"):
+        return experiment_text.claims_from_results(record)
     return experiment_runner.claims(EXPERIMENT, record)
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
+    """The image part (quick: alone), then in a full run the plain-text part, each its own
+    record and claims, in one report."""
     from methods.tte.report import plot
 
-    return experiment_runner.report(EXPERIMENT, workdir, quick=quick, plot=plot)
+    report = experiment_runner.report(EXPERIMENT, workdir, quick=quick, plot=plot)
+    if quick:
+        return report
+    text_record = experiment_text.measure(workdir)
+    return Report.on_protocol(
+        method="tte",
+        figures=report.figures,
+        claims=report.claims + claims_from_results(text_record),
+        quick=False,
+        results=[report.results, text_record],
+    )

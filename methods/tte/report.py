@@ -1,6 +1,7 @@
-"""The table and figure of a TTE results record, from the record alone:
+"""The tables and figure of TTE's results records, from the records alone:
 `python -m methods.tte.report [results.json]` prints the README's per-family table (test P@1 at
-each arm's validation-chosen learning rate, mean ± standard deviation over seeds)."""
+each arm's validation-chosen learning rate, mean ± standard deviation over seeds) of the image
+part, and of the plain-text part when its record exists (or the given file is one)."""
 
 import json
 import os
@@ -12,6 +13,12 @@ from core import experiment_runner
 from methods.tte import tasks
 
 COLUMNS = (*tasks.FAMILIES, "compositional", "mean")
+METRICS = {c: f"test/p1/{c}" for c in COLUMNS}
+TEXT_METRICS = {  # the plain-text part: unseen pairs per family, then both groups' means
+    **{f"{f} unseen": f"test/unseen/p1/{f}" for f in tasks.TEXT_FAMILIES},
+    "unseen mean": "test/unseen/p1/mean",
+    "seen mean": "test/seen/p1/mean",
+}
 
 
 def _cell(values) -> str:
@@ -20,33 +27,40 @@ def _cell(values) -> str:
     return f"{values.mean():.3f}{spread}"
 
 
+def _is_text(record: dict) -> bool:
+    return record["run"].endswith("_text")
+
+
 def per_seed(record: dict) -> dict:
-    """{arm: {column: [test P@1 per seed]}} at each arm's chosen point, plus its lr and, for the
-    reasoner's traces, their exact-match rate."""
+    """{arm: {column: [test P@1 per seed]}} at each arm's chosen point, plus its lr and the
+    reasoner's trace quality where it has one: the exact-match rate of TTE_s's traces, the
+    accuracy of SmolLM2's answers on the test pairs."""
+    metrics = TEXT_METRICS if _is_text(record) else METRICS
+    extra = "lm_accuracy/test" if _is_text(record) else "test/trace_exact"
     chosen = experiment_runner.choices(record)
     out = {}
     for arm, sel in chosen.items():
-        cols = {c: experiment_runner.reported(record, arm, f"test/p1/{c}", chosen) for c in COLUMNS}
+        cols = {c: experiment_runner.reported(record, arm, m, chosen) for c, m in metrics.items()}
         arm_rows = {c: list(v.values()) for c, v in cols.items()}
         arm_rows["lr"] = sel.point.get("lr")
-        rows = [r for r in record["rows"] if r["arm"] == arm and "test/trace_exact" in r]
+        rows = [r for r in record["rows"] if r["arm"] == arm and extra in r]
         if rows:
-            arm_rows["trace_exact"] = [
-                r["test/trace_exact"] for r in rows if r["lr"] == sel.point["lr"]
-            ]
+            arm_rows["trace"] = [r[extra] for r in rows if r["lr"] == sel.point["lr"]]
         out[arm] = arm_rows
     return out
 
 
 def table(record: dict) -> str:
     data = per_seed(record)
-    head = ["arm", "lr", *COLUMNS, "trace exact"]
+    columns = list(TEXT_METRICS if _is_text(record) else METRICS)
+    last = "LM accuracy (test pairs)" if _is_text(record) else "trace exact"
+    head = ["arm", "lr", *columns, last]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for arm, d in data.items():
         lr = "-" if d["lr"] is None else f"{d['lr']:g}"
-        exact = _cell(d["trace_exact"]) if d.get("trace_exact") else "-"
+        trace = _cell(d["trace"]) if d.get("trace") else "-"
         lines.append(
-            f"| {arm} | {lr} | " + " | ".join(_cell(d[c]) for c in COLUMNS) + f" | {exact} |"
+            f"| {arm} | {lr} | " + " | ".join(_cell(d[c]) for c in columns) + f" | {trace} |"
         )
     return "\n".join(lines)
 
@@ -85,9 +99,12 @@ def main(argv) -> None:
     if len(argv) > 1:
         with open(argv[1]) as f:
             record = json.load(f)
-    else:
-        record = results.load("tte", "full")
-    print(table(record))
+        print(table(record))
+        return
+    print(table(results.load("tte", "full")))
+    if os.path.exists(results.path("tte", "full_text")):
+        print()
+        print(table(results.load("tte", "full_text")))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,13 @@ What each arm trains and which traces its queries hold at evaluation:
     tte_u_mhsa    MHSA head on the frozen reasoner       the reasoner's greedy traces
     tte_u_pooler  attention pooler on its last layer     the reasoner's greedy traces
 
+The plain-text part (`text`; its own experiment, `experiment_text`), on pairs no training query
+asked about ("unseen": the split's own pair group) and on training pairs ("seen"):
+
+    baseline_text  embedder, no trace                    -
+    tte_t_text     embedder, teacher traces              the teacher (the query's own digits)
+    tte_lm_text    tte_t_text's embedder (the same run)  SmolLM2's answers (`lm_traces`)
+
 Shared trainings (the reasoner of a seed; tte_t's embedder, read again by tte_s) live in
 `<workdir>/train/<key of their config>`: `core.train.run` resumes a finished run at its last
 step, so a second arm reads the same weights instead of training them again.
@@ -28,7 +35,7 @@ from ml_collections import ConfigDict
 from configs import tte as tte_config
 from core import cache, digits, results, train
 from methods import tte
-from methods.tte import embedder, examples, tasks, traces
+from methods.tte import embedder, examples, lm_traces, tasks, text, traces
 
 ARMS = (
     "baseline",
@@ -42,7 +49,10 @@ ARMS = (
     "tte_u_mhsa",
     "tte_u_pooler",
 )
+TEXT_ARMS = ("baseline_text", "tte_t_text", "tte_lm_text")
 SPLITS = {"validation": tte.VALIDATION_SEED, "test": tte.TEST_SEED}
+# The run cache's code key: the method's sources but those that only read numbers.
+SOURCES = results.run_sources("tte", besides=(*results.READERS, "experiment_text.py"))
 
 
 def role_config(size: str, seed: int, lr: float, role: str, **tte_fields) -> ConfigDict:
@@ -74,7 +84,7 @@ def embedder_fields(arm: str) -> dict:
 
 def _train(c: ConfigDict, root: str):
     """The final params of `c`'s run, trained in `<root>/train/<key>` (or read back there)."""
-    code = results.source_hash(results.run_sources("tte"))
+    code = results.source_hash(SOURCES)
     workdir = os.path.join(root, "train", cache.key(c, code))
     result = train.run(c, tte.make(c), workdir, devices=jax.devices()[:1])
     return workdir, jax.device_get(result.state.params)
@@ -116,10 +126,39 @@ def score(embed_fn, params, c, kind: str, n: int, clf, reasoner=None) -> dict:
     return row
 
 
+def run_text(config, root: str) -> dict:
+    """One text-part unit: the embedder (no trace, or teacher traces), scored on unseen and
+    seen pairs of both splits; tte_lm_text reads SmolLM2's answers (and records their accuracy
+    per pair group under the prompt chosen on training pairs)."""
+    e = config.exp
+    style = "none" if e.arm == "baseline_text" else "full"
+    c = role_config(e.size, config.seed, config.optim.lr, "embedder", style=style, families="text")
+    _, params = _train(c, root)
+    fn = embedder.jitted(embedder.model_config(c))
+    row, answers_of = {}, None
+    if e.arm == "tte_lm_text":
+        lm = lm_traces.answer_table(root)
+        row |= {f"lm_accuracy/{g}": v for g, v in lm["accuracy"][lm["prompt"]].items()}
+        row |= {f"lm_accuracy/{k}": v for k, v in lm["accuracy_by_family"].items()}
+        row["lm_prompt_is_cot"] = float(lm["prompt"] == "cot")
+
+        def answers_of(q):
+            return [lm["answers"][q.family][text.digits(d)] for d in q.shown]
+
+    for split_name, seed in SPLITS.items():
+        s = tasks.split(split_name)
+        for tag, group in (("unseen", split_name), ("seen", "train")):
+            p = tte.text_precision(fn, params, s, group, e.queries, seed, style, answers_of)
+            row |= {f"{split_name}/{tag}/{k}": v for k, v in p.items()}
+    return row
+
+
 def run(config, run_dir: str) -> dict:
     """One (arm, lr, seed) unit: train what the arm needs, score it on both splits."""
     e = config.exp
     root = os.path.dirname(os.path.dirname(run_dir))  # <workdir>/runs/<key> -> <workdir>
+    if e.arm in TEXT_ARMS:
+        return run_text(config, root)
     clf = digits.classifier(os.path.expanduser(config.tte.classifier_cache))
     if e.arm.startswith("tte_u") or e.arm == "tte_s":
         rc = role_config(e.size, config.seed, e.reasoner_lr, "reasoner")

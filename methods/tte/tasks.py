@@ -41,6 +41,8 @@ from core.errors import ConfigError
 FAMILIES = ("simple", "plus_k", "nine_minus", "larger", "vqa", "classify")
 IMAGE_FAMILIES = FAMILIES[:4]
 COMPOSITIONAL = ("plus_k", "nine_minus", "larger")
+TEXT_FAMILIES = ("text_plus", "text_minus", "text_larger")  # plain text, no image (`text`)
+IMAGE_TARGETS = (*IMAGE_FAMILIES, *TEXT_FAMILIES)  # families whose target is a gallery image
 NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 ANSWER_TEXTS = (*NAMES, "yes", "no")  # a text target's id indexes this
 YES, NO = 10, 11

@@ -16,6 +16,7 @@ from core.nn import transformer
 from methods.soft_thinking import evaluation, experiment, pretrained_eval, problems
 from methods.soft_thinking import experiment_pretrained as ep
 from methods.soft_thinking.decode import generate_jit
+from tests.fixtures.tiny_chat_lm import CFG, CharTokenizer
 
 # --- problems --------------------------------------------------------------------------------
 
@@ -78,47 +79,6 @@ def test_parse_answer(text, expected):
 
 
 # --- a tiny tied GQA Llama and a character tokenizer -------------------------------------------
-
-CFG = transformer.TransformerConfig(
-    vocab_size=128, num_layers=2, d_model=32, num_heads=4, d_ff=64, max_len=256,
-    num_kv_heads=2, tie_embeddings=True, rope_layout="interleaved", norm_eps=1e-5,
-    rope_base=100000.0,
-)  # fmt: skip
-
-
-class CharTokenizer:
-    """Ids: 0 <|endoftext|>, 1 <|im_start|>, 2 <|im_end|> (eos), 3 " answer", then one id per
-    printable ASCII character."""
-
-    eos_id = 2
-    SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", " answer")
-
-    def encode(self, text):
-        ids, i = [], 0
-        while i < len(text):
-            word = next((w for w in self.SPECIAL if text.startswith(w, i)), None)
-            if word is not None:
-                ids.append(self.SPECIAL.index(word))
-                i += len(word)
-            else:
-                ids.append(4 + ord(text[i]) - 32 if 32 <= ord(text[i]) < 127 else 4)
-                i += 1
-        return ids
-
-    def encode_chat(self, messages, add_generation_prompt=True):
-        text = "".join(f"<|im_start|>{m['content']}<|im_end|>" for m in messages)
-        return self.encode(text + ("<|im_start|>" if add_generation_prompt else ""))
-
-    def decode(self, ids, skip_special=False):
-        parts = []
-        for i in ids:
-            if i < len(self.SPECIAL):
-                if not skip_special or i == 3:
-                    parts.append(self.SPECIAL[i])
-            elif 4 <= i < 4 + 95:
-                parts.append(chr(i - 4 + 32))
-        return "".join(parts)
-
 
 def tiny_lm(seed=0, scale=4.0):
     params = transformer.init_params(CFG, jax.random.key(seed))
