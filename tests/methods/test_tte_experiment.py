@@ -8,7 +8,7 @@ import os
 import pytest
 
 from core import experiment_runner, results
-from methods.tte import experiment
+from methods.tte import experiment, experiment_text
 
 BASE = {  # test P@1 per arm where every claim holds (validation mean peaks at lr 3e-3)
     "baseline": dict(compositional=0.02, vqa=0.80, simple=0.02, mean=0.25),
@@ -81,6 +81,54 @@ def test_the_committed_full_run_rederives_its_claims():
     claims = experiment.claims_from_results(copy.deepcopy(record))
     assert len(claims) == len(experiment.CLAIMS)
     assert {r["seed"] for r in record["rows"]} == set(experiment.SEEDS)
+
+
+TEXT_BASE = {"baseline_text": 0.25, "tte_t_text": 0.70, "tte_lm_text": 0.65}  # every claim holds
+
+
+def _text_record(breaks: dict | None = None) -> dict:
+    rows = []
+    for a in experiment_text.EXPERIMENT.arms:
+        for lr in a.grid["lr"]:
+            for seed in experiment_text.SEEDS:
+                test = (breaks or {}).get(a.name, TEXT_BASE[a.name])
+                distance = abs(math.log10(lr / 3e-3))
+                rows.append({
+                    "arm": a.name, "lr": lr, "seed": seed,
+                    "test/unseen/p1/mean": test + 0.002 * seed,
+                    experiment_text.SELECT_ON: TEXT_BASE[a.name] - 0.1 * distance + 0.001 * seed,
+                })  # fmt: skip
+    arms = {a.name: experiment_runner._arm_settings(a) for a in experiment_text.EXPERIMENT.arms}
+    config = {"quick": False, "seeds": list(experiment_text.SEEDS), "arm_key": "arm",
+              "select_on": experiment_text.SELECT_ON, "rule": "max", "at_chance": None,
+              "arms": arms}  # fmt: skip
+    return {"method": "tte", "run": "full_text", "config": config, "rows": rows}
+
+
+def test_the_text_part_claims_come_from_its_record_and_each_can_fail():
+    claims = experiment.claims_from_results(_text_record())  # dispatched on record["run"]
+    assert len(claims) == len(experiment_text.CLAIMS) and all(c.holds for c in claims)
+    breaks = [  # one plausible failure per claim, in the claims' order
+        {"baseline_text": 0.62},  # the embedder generalised the arithmetic by itself
+        {"tte_lm_text": 0.20},  # the LM's wrong answers mislead the embedder below no trace
+        {"tte_lm_text": 0.75},  # the LM's traces as good as the teacher's
+    ]
+    for i, b in enumerate(breaks):
+        broken = experiment.claims_from_results(_text_record(b))
+        failing = {j for j, c in enumerate(broken) if not c.holds}
+        assert failing == {i}, (b, failing)
+
+
+def test_the_committed_text_part_rederives_its_claims():
+    path = results.path("tte", "full_text")
+    if not os.path.exists(path):
+        pytest.skip("no committed text part yet")
+    record = results.load("tte", "full_text")
+    claims = experiment.claims_from_results(copy.deepcopy(record))
+    assert len(claims) == len(experiment_text.CLAIMS)
+    assert {r["seed"] for r in record["rows"]} == set(experiment_text.SEEDS)
+    lm_rows = [r for r in record["rows"] if r["arm"] == "tte_lm_text"]
+    assert lm_rows and all(0.0 <= r["lm_accuracy/test"] <= 1.0 for r in lm_rows)
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from ml_collections import ConfigDict
 
+from configs import tte as tte_config
 from core.errors import ConfigError
 from core.nn import transformer
 from methods.tte import examples, lm_traces, runs, tasks, text
@@ -73,6 +74,8 @@ def test_eval_queries_ask_only_their_group_with_right_positives():
 
 
 def test_bad_families_and_groups_name_the_problem():
+    with pytest.raises(ConfigError, match="families='texts' is unknown"):
+        tte_config.get_config("families=texts")
     with pytest.raises(ConfigError, match="families='texts'"):
         examples.QueryFormat(families="texts").check()
     with pytest.raises(ConfigError, match="trace_only"):
