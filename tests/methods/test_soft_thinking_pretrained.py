@@ -80,6 +80,7 @@ def test_parse_answer(text, expected):
 
 # --- a tiny tied GQA Llama and a character tokenizer -------------------------------------------
 
+
 def tiny_lm(seed=0, scale=4.0):
     params = transformer.init_params(CFG, jax.random.key(seed))
     # Scaled-up embeddings (tied: the output projection too): peaked next-token distributions,
