@@ -21,6 +21,7 @@ from core.declarations import Declarations
 
 ROLES = ("embedder", "reasoner", "unified")
 HEADS = ("mhsa", "pooler")
+FAMILY_SETS = ("image", "text")  # methods/tte/examples.py FAMILY_SETS
 MODEL = dict(  # the VLM of every role: ViT on 4 x 4 patches of 8 x 16 images (8 tokens) -> LM
     patch_size=4,
     vit_d_model=64,
@@ -74,7 +75,9 @@ def get_config(arg: str | None = None) -> ConfigDict:
     c.tte = ConfigDict(
         dict(
             role=role,
-            families=opts["families"],  # image: the six image-task families | text (text.py)
+            families=choose(
+                "families", opts["families"], FAMILY_SETS
+            ),  # image: the six image-task families | text (text.py)
             style=opts["style"],  # the query's trace (methods/tte/tasks.py)
             rho=float(opts["rho"]),
             trace_only=False,
