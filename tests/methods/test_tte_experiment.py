@@ -35,11 +35,15 @@ def _record(breaks: dict | None = None) -> dict:
                 distance = abs(math.log10(lr / 3e-3))  # the validation optimum: the middle
                 row["validation/p1/mean"] = BASE[arm]["mean"] - 0.1 * distance + 0.001 * seed
                 rows.append({"arm": arm, "lr": lr, "seed": seed, **row})
-    arms = {a.name: experiment_runner._arm_settings(a) for a in experiment.EXPERIMENT.arms}
-    config = {"quick": False, "seeds": list(experiment.SEEDS), "arm_key": "arm",
-              "select_on": experiment.SELECT_ON, "rule": "max", "at_chance": None,
-              "arms": arms}  # fmt: skip
-    return {"method": "tte", "run": "full", "config": config, "rows": rows}
+    return _as_record(experiment.EXPERIMENT, rows)
+
+
+def _as_record(e: experiment_runner.Experiment, rows: list) -> dict:
+    """A full record of `e` holding `rows`, as `experiment_runner.measure` writes one."""
+    arms = {a.name: experiment_runner._arm_settings(a) for a in e.arms}
+    config = {"quick": False, "seeds": list(e.seeds), "arm_key": "arm", "select_on": e.select_on,
+              "rule": "max", "at_chance": None, "arms": arms}  # fmt: skip
+    return {"method": "tte", "run": e.run_name(quick=False), "config": config, "rows": rows}
 
 
 def test_claims_come_from_the_record_alone_and_each_can_fail():
@@ -73,16 +77,6 @@ def test_the_learning_rate_is_chosen_on_validation_not_test():
     assert {sel.point["lr"] for sel in chosen.values()} == {3e-3}
 
 
-def test_the_committed_full_run_rederives_its_claims():
-    path = results.path("tte", "full")
-    if not os.path.exists(path):
-        pytest.skip("no committed full run yet")
-    record = results.load("tte", "full")
-    claims = experiment.claims_from_results(copy.deepcopy(record))
-    assert len(claims) == len(experiment.CLAIMS)
-    assert {r["seed"] for r in record["rows"]} == set(experiment.SEEDS)
-
-
 TEXT_BASE = {"baseline_text": 0.25, "tte_t_text": 0.70, "tte_lm_text": 0.65}  # every claim holds
 
 
@@ -98,11 +92,7 @@ def _text_record(breaks: dict | None = None) -> dict:
                     "test/unseen/p1/mean": test + 0.002 * seed,
                     experiment_text.SELECT_ON: TEXT_BASE[a.name] - 0.1 * distance + 0.001 * seed,
                 })  # fmt: skip
-    arms = {a.name: experiment_runner._arm_settings(a) for a in experiment_text.EXPERIMENT.arms}
-    config = {"quick": False, "seeds": list(experiment_text.SEEDS), "arm_key": "arm",
-              "select_on": experiment_text.SELECT_ON, "rule": "max", "at_chance": None,
-              "arms": arms}  # fmt: skip
-    return {"method": "tte", "run": "full_text", "config": config, "rows": rows}
+    return _as_record(experiment_text.EXPERIMENT, rows)
 
 
 def test_the_text_part_claims_come_from_its_record_and_each_can_fail():
@@ -119,16 +109,18 @@ def test_the_text_part_claims_come_from_its_record_and_each_can_fail():
         assert failing == {i}, (b, failing)
 
 
-def test_the_committed_text_part_rederives_its_claims():
-    path = results.path("tte", "full_text")
-    if not os.path.exists(path):
-        pytest.skip("no committed text part yet")
-    record = results.load("tte", "full_text")
-    claims = experiment.claims_from_results(copy.deepcopy(record))
-    assert len(claims) == len(experiment_text.CLAIMS)
-    assert {r["seed"] for r in record["rows"]} == set(experiment_text.SEEDS)
+@pytest.mark.parametrize("part", [experiment, experiment_text], ids=["full", "full_text"])
+def test_the_committed_records_rederive_their_claims(part):
+    run = part.EXPERIMENT.run_name(quick=False)
+    if not os.path.exists(results.path("tte", run)):
+        pytest.skip(f"no committed {run} record yet")
+    record = results.load("tte", run)
+    claims = experiment.claims_from_results(copy.deepcopy(record))  # dispatched on the run
+    assert len(claims) == len(part.CLAIMS)
+    assert {r["seed"] for r in record["rows"]} == set(part.SEEDS)
     lm_rows = [r for r in record["rows"] if r["arm"] == "tte_lm_text"]
-    assert lm_rows and all(0.0 <= r["lm_accuracy/test"] <= 1.0 for r in lm_rows)
+    assert all(0.0 <= r["lm_accuracy/test"] <= 1.0 for r in lm_rows)
+    assert bool(lm_rows) == (part is experiment_text)
 
 
 @pytest.mark.slow
