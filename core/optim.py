@@ -1,6 +1,7 @@
 """optax from config: `make(config.optim)` builds the optimiser and its schedule; `scoped`
 gives each labelled part of the parameters its own optimiser (or none: frozen)."""
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
@@ -75,11 +76,13 @@ class ScopedState(NamedTuple):
 class Scoped(optax.GradientTransformationExtraArgs):
     """`scoped`'s transformation: optax's (init, update), with extra args passed on to every
     label's optimiser, plus `trained(params)`, the flat list of which leaves some optimiser
-    updates (`core.steps.gradient_step` differentiates only those)."""
+    updates (`core.steps.gradient_step` differentiates only those), and `phase(*labels)`: the
+    same transformation restricted to some labels (see `scoped`)."""
 
-    def __new__(cls, init, update, trained):
+    def __new__(cls, init, update, trained, phase):
         self = super().__new__(cls, init, update)
         self.trained = trained
+        self.phase = phase
         return self
 
 
@@ -96,6 +99,13 @@ def scoped(
     the state is initialised.
 
         scoped([(r"^encoder/", None), (r"^head/", "head")], {"head": optax.adamw(1e-3)})
+
+    `tx.phase("d")` is the same transformation (same state) updating label "d" only: every other
+    label's leaves get -0.0 and its optimiser state passes through untouched, as if that
+    optimiser had not been called. Alternating phases is a GAN's step: two optimisers, each with
+    its own moments and step count (`core.steps.alternating_step`). Updating both labels with a
+    zero gradient for the idle one would not do: Adam's moments would decay and its momentum
+    would still move the idle parameters.
     """
     rules = tuple(rules)
     used = {label for _, label in rules} - {None}
@@ -138,16 +148,18 @@ def scoped(
             {label: tx.init(only(params, tree_labels, label)) for label, tx in txs.items()}
         )
 
-    def update(updates, state, params=None, **extra_args):
+    def update(active, updates, state, params=None, **extra_args):
         tree_labels = labels(updates)
         leaves, treedef = jax.tree.flatten(updates)
-        # Frozen: -0.0, the one addend that leaves every float bitwise as it is.
+        # Frozen or idle: -0.0, the one addend that leaves every float bitwise as it is.
         out = [
-            jnp.full_like(u, -0.0) if tag is None else None
+            jnp.full_like(u, -0.0) if tag not in active else None
             for u, tag in zip(leaves, tree_labels, strict=True)
         ]
-        inner = {}
+        inner = dict(state.inner)
         for label, tx in txs.items():
+            if label not in active:
+                continue
             own_params = None if params is None else only(params, tree_labels, label)
             own_updates, inner[label] = tx.update(
                 only(updates, tree_labels, label), state.inner[label], own_params, **extra_args
@@ -157,4 +169,18 @@ def scoped(
                 out[i] = u
         return jax.tree.unflatten(treedef, out), ScopedState(inner)
 
-    return Scoped(init, update, lambda params: [tag is not None for tag in labels(params)])
+    def restricted(active: frozenset) -> Scoped:
+        def phase(*names):
+            unknown = sorted(set(names) - set(txs))
+            if unknown or not names:
+                raise ConfigError(
+                    f"core.optim.scoped: phase labels {list(names)} must be some of {sorted(txs)}"
+                )
+            return restricted(frozenset(names))
+
+        def trained(params):
+            return [tag in active for tag in labels(params)]
+
+        return Scoped(init, functools.partial(update, active), trained, phase)
+
+    return restricted(frozenset(txs))

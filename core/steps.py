@@ -87,6 +87,34 @@ def apply_updates(tx, params, updates):
     return jax.tree.unflatten(treedef, new)
 
 
+def alternating_step(phases: Sequence[tuple[str, Sequence[str], Callable]], tx) -> Callable:
+    """One step of several optimisers in turn, e.g. a GAN's: `phases` is [(name, labels, loss)],
+    each phase a gradient step of `loss(params, batch, *, rng, extra) -> (value, metrics)` on the
+    leaves of `labels` of a `core.optim.scoped` tx (`tx.phase(*labels)`), every other leaf and
+    optimiser state left as it was. A phase sees the params the previous one wrote (a GAN's
+    generator loss reads the discriminator just updated); every phase gets the step's rng.
+    Metrics: "<name>/loss", "<name>/grad_norm" and "<name>/<metric>".
+
+        tx = optim.scoped([(r"^g/", "g"), (r"^d/", "d")], {"g": adam_g, "d": adam_d})
+        step = alternating_step([("d", ["d"], d_loss), ("g", ["g"], g_loss)], tx)
+    """
+    if not isinstance(tx, optim.Scoped):
+        raise ConfigError("alternating_step: tx must be a core.optim.scoped transformation")
+    names = [name for name, _, _ in phases]
+    if not phases or len(set(names)) != len(names):
+        raise ConfigError(f"alternating_step: phase names {names} empty or repeated")
+    steps = [(name, gradient_step(loss, tx.phase(*labels))) for name, labels, loss in phases]
+
+    def step(state, batch, *, rng):
+        metrics = {}
+        for name, phase_step in steps:
+            state, phase_metrics = phase_step(state, batch, rng=rng)
+            metrics |= {f"{name}/{k}": v for k, v in phase_metrics.items()}
+        return state, metrics
+
+    return step
+
+
 def microbatched(loss: Callable, num_microbatches: int) -> Callable:
     """A loss whose gradient is accumulated over `num_microbatches` slices of the batch with
     `lax.scan`, so peak activation memory is that of one slice. Metrics are averaged; the loss

@@ -249,3 +249,54 @@ def test_labels_must_name_the_given_optimisers():
         ConfigError, match=r"rule labels \['head'\] must be the optimisers' \['hed'\]"
     ):
         optim.scoped([(r"^encoder/", None), (r"^head/", "head")], {"hed": optax.sgd(LR)})
+
+
+# --- phases: one optimiser at a time (a GAN's alternating step) ------------------------------
+
+
+def two_player_tx():
+    return optim.scoped(
+        [(r"^encoder/", "enc"), (r"^head/", "head")],
+        {"enc": optax.adam(LR), "head": optax.adam(2 * LR)},
+    )
+
+
+def test_a_phase_updates_its_label_only_and_leaves_the_other_state_as_it_was():
+    params, tx = two_networks(), two_player_tx()
+    state = tx.init(params)
+    grads = jax.grad(lambda p: regression(p, batch(), rng=None, extra=None)[0])(params)
+    updates, new = tx.phase("head").update(grads, state, params)
+    assert all(jnp.all(u == 0) for u in jax.tree.leaves(updates["encoder"]))
+    assert all(jnp.all(u != 0) for u in jax.tree.leaves(updates["head"]["kernel"]))
+    # The idle optimiser's state is the very same object: no count, no moment decays.
+    assert new.inner["enc"] is state.inner["enc"]
+    assert int(new.inner["head"][0].count) == 1
+    with pytest.raises(ConfigError, match=r"phase labels \['disc'\]"):
+        tx.phase("disc")
+
+
+def test_alternating_phases_equal_two_separate_optimisers():
+    """Two phases of one scoped tx (encoder, then head on the encoder just updated) equal two
+    optax.adam optimisers run by hand on their halves; zero gradients through the whole tx
+    instead (a plausible shortcut) would move the idle half by its Adam momentum."""
+    params, tx = two_networks(), two_player_tx()
+
+    def loss(p, b, *, rng, extra):
+        return regression(p, b, rng=rng, extra=extra)
+
+    step = jax.jit(steps.alternating_step([("e", ["enc"], loss), ("h", ["head"], loss)], tx))
+    state = fresh_state(params, tx.init(params))
+    adam_e, adam_h = optax.adam(LR), optax.adam(2 * LR)
+    ref, s_e, s_h = params, adam_e.init(params["encoder"]), adam_h.init(params["head"])
+    for _ in range(3):
+        state, metrics = step(state, batch(), rng=jax.random.PRNGKey(0))
+        g = jax.grad(lambda p: loss(p, batch(), rng=None, extra=None)[0])(ref)
+        u, s_e = adam_e.update(g["encoder"], s_e)
+        ref = {**ref, "encoder": optax.apply_updates(ref["encoder"], u)}
+        g = jax.grad(lambda p: loss(p, batch(), rng=None, extra=None)[0])(ref)
+        u, s_h = adam_h.update(g["head"], s_h)
+        ref = {**ref, "head": optax.apply_updates(ref["head"], u)}
+    for got, want in zip(jax.tree.leaves(state.params), jax.tree.leaves(ref), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)  # float32, same ops
+    assert set(metrics) >= {"e/loss", "e/grad_norm", "h/loss", "h/max_err"}
+    assert metrics["h/loss"] < metrics["e/loss"]  # the head's phase saw the updated encoder
