@@ -282,3 +282,21 @@ def abstract_with_shardings(tree: Any, shardings: Any) -> Any:
     return jax.tree.map(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings
     )
+
+
+def run_params(workdir: str, init, *, what: str) -> Any:
+    """The params of the run in `workdir` (its newest checkpoint that verifies), on one device,
+    in the structure `init(key)` returns: a part of that run's params is fine (e.g. a
+    generator's out of a GAN's). For a method that reads another run's weights, e.g. a frozen
+    stage; `what` ("tte.reasoner") names the option in the one-line error when `workdir` holds
+    no run."""
+    path = epath.Path(workdir).expanduser() / "checkpoints"
+    if not workdir or not path.is_dir():
+        raise ConfigError(f"{what}={workdir!r}: no run's checkpoints/ there")
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
+        jax.eval_shape(init, jax.random.key(0)),
+    )
+    with Checkpointer(path, create=False) as ckpt:
+        return ckpt.restore_params(abstract)

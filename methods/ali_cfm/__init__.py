@@ -20,7 +20,6 @@
 """
 
 import functools
-import os
 
 import jax
 import jax.numpy as jnp
@@ -63,17 +62,9 @@ def _check(config) -> None:
 
 def interpolant_params(workdir: str, dim: int, width: int, option: str) -> dict:
     """G's params from the run in `workdir` (a pretrain or gan run: only "g" is read), numpy."""
-    path = os.path.join(os.path.expanduser(workdir), "checkpoints")
-    if not os.path.isdir(path):
-        raise ConfigError(f"ali.{option}={workdir!r}: no run's checkpoints/ there")
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     init = lambda k: {"g": nets.init_interpolant(k, dim, width)}
-    abstract = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device),
-        jax.eval_shape(init, jax.random.key(0)),
-    )
-    with checkpoint.Checkpointer(path, create=False) as ckpt:
-        return jax.tree.map(np.asarray, ckpt.restore_params(abstract))["g"]
+    params = checkpoint.run_params(workdir, init, what=f"ali.{option}")
+    return jax.tree.map(np.asarray, params["g"])
 
 
 def gan_batch(times_K, batch):

@@ -180,7 +180,7 @@ def load(workdir: str, *, batch_size: int = 64) -> VLMModel:
     """The trained VLM of a `core.train` workdir (its config.json and newest checkpoint)."""
     from ml_collections import ConfigDict
 
-    from core.checkpoint import Checkpointer
+    from core import checkpoint
 
     path = os.path.join(workdir, "config.json")
     if not os.path.exists(path):
@@ -190,11 +190,6 @@ def load(workdir: str, *, batch_size: int = 64) -> VLMModel:
     if config.get("method") != "fetal_gauge":
         raise ConfigError(f"fetal_gauge: {path} is a {config.get('method')!r} run")
     cfg = model_config(config)
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    shapes = jax.eval_shape(functools.partial(vlm.init_params, cfg), jax.random.key(0))
-    abstract = jax.tree.map(
-        lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device), shapes
-    )
-    with Checkpointer(os.path.join(workdir, "checkpoints"), create=False) as ckpt:
-        params = ckpt.restore_params(abstract)
+    init = functools.partial(vlm.init_params, cfg)
+    params = checkpoint.run_params(workdir, init, what="fetal_gauge: workdir")
     return VLMModel(cfg, params, batch_size=batch_size)

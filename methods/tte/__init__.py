@@ -55,16 +55,8 @@ def _check(config) -> None:
 
 def reasoner_params(workdir: str, cfg: vlm.VLMConfig):
     """The params of the reasoner run in `workdir` (its newest good checkpoint), as numpy."""
-    path = os.path.join(os.path.expanduser(workdir), "checkpoints")
-    if not workdir or not os.path.isdir(path):
-        raise ConfigError(f"tte.reasoner={workdir!r}: no reasoner run's checkpoints/ there")
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    shapes = jax.eval_shape(functools.partial(vlm.init_params, cfg), jax.random.key(0))
-    abstract = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), shapes
-    )
-    with checkpoint.Checkpointer(path, create=False) as ckpt:
-        return jax.tree.map(np.asarray, ckpt.restore_params(abstract))
+    init = functools.partial(vlm.init_params, cfg)
+    return jax.tree.map(np.asarray, checkpoint.run_params(workdir, init, what="tte.reasoner"))
 
 
 def _sides(batch):
