@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from core.nn.policy import Policy, as_policy
@@ -73,6 +74,22 @@ class NextInputRule(NamedTuple):
 
     init: Callable
     step: Callable
+
+
+def left_pad(rows, *, width: int | None = None, round_to: int = 1, pad_id: int = 0):
+    """(tokens_BP int32, mask_BP bool) numpy: each row of token ids right-aligned, the mask
+    False on the padding. P is `width`, else the longest row rounded up to a multiple of
+    `round_to` (fewer distinct shapes: fewer compiled programs)."""
+    longest = max(map(len, rows))
+    P = width if width is not None else -(-longest // round_to) * round_to
+    if longest > P or min(map(len, rows)) < 1:
+        raise ValueError(f"left_pad: rows of {min(map(len, rows))}-{longest} tokens into {P}")
+    tokens_BP = np.full((len(rows), P), pad_id, np.int32)
+    mask_BP = np.zeros((len(rows), P), bool)
+    for b, ids in enumerate(rows):
+        tokens_BP[b, P - len(ids) :] = ids
+        mask_BP[b, P - len(ids) :] = True
+    return tokens_BP, mask_BP
 
 
 def filter_logits(logits_BV, *, top_k: int = 0, top_p: float = 1.0):

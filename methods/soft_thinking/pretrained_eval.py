@@ -24,6 +24,7 @@ import jax
 import numpy as np
 
 from core.errors import ConfigError
+from core.nn import sampler
 from methods.soft_thinking import evaluation, problems
 from methods.soft_thinking.evaluation import DECODERS
 
@@ -73,14 +74,8 @@ class ChatLM:
             )
             for p in batch
         ]
-        lengths = np.array([len(e) for e in encoded])
-        P = -(-lengths.max() // PROMPT_ROUND) * PROMPT_ROUND
-        tokens = np.zeros((len(batch), P), np.int32)
-        mask = np.zeros((len(batch), P), bool)
-        for row, ids in enumerate(encoded):
-            tokens[row, P - len(ids) :] = ids
-            mask[row, P - len(ids) :] = True
-        return Prompts(tokens, mask, lengths)
+        tokens, mask = sampler.left_pad(encoded, round_to=PROMPT_ROUND)
+        return Prompts(tokens, mask, np.array([len(e) for e in encoded]))
 
     def decode(self, prompts: Prompts, *, decoder, rng, max_new_tokens, samples=1, probe=False,
                chunk=64):  # fmt: skip

@@ -76,13 +76,7 @@ def _prompts(tokenizer, questions: list[str], instruction: str):
         tokenizer.encode_chat([{"role": "user", "content": f"{q} {instruction}"}])
         for q in questions
     ]
-    width = -(-max(map(len, encoded)) // PROMPT_ROUND) * PROMPT_ROUND
-    tokens = np.zeros((len(encoded), width), np.int32)
-    mask = np.zeros_like(tokens, bool)
-    for row, ids in enumerate(encoded):
-        tokens[row, width - len(ids) :] = ids
-        mask[row, width - len(ids) :] = True
-    return tokens, mask
+    return sampler.left_pad(encoded, round_to=PROMPT_ROUND)
 
 
 def replies(lm: Reasoner, questions: list[str], prompt: Prompt) -> list[str]:

@@ -43,10 +43,7 @@ def prompts(cfg: vlm.VLMConfig, q: examples.Queries):
     """Left-padded [n, N + INSTRUCTION_LEN] prompts: image placeholders, then the instruction."""
     N, width = cfg.num_image_tokens, cfg.num_image_tokens + tasks.INSTRUCTION_LEN
     rows = [[tasks.IMG] * N + tasks.encode(tasks.instruction(q.family, int(k))) for k in q.k]
-    tokens = np.full((len(rows), width), tasks.PAD, np.int32)
-    for i, r in enumerate(rows):
-        tokens[i, width - len(r) :] = r
-    return tokens, tokens != tasks.PAD
+    return sampler.left_pad(rows, width=width, pad_id=tasks.PAD)
 
 
 def _image_embeddings(cfg, params, images):

@@ -228,3 +228,13 @@ def test_all_rows_done_at_first_token():
     assert out.done_B.all() and (out.lengths_B == 1).all()
     assert (out.tokens_BN[:, 0] == EOS).all() and (out.tokens_BN[:, 1:] == PAD).all()
     assert not out.mask_BN[:, 1:].any() and (out.logprobs_BN[:, 1:] == 0).all()
+
+
+def test_left_pad_right_aligns_rows_and_masks_the_padding():
+    tokens, mask = sampler.left_pad([[5, 6, 7], [8]], round_to=4, pad_id=9)
+    np.testing.assert_array_equal(tokens, [[9, 5, 6, 7], [9, 9, 9, 8]])
+    np.testing.assert_array_equal(mask, [[0, 1, 1, 1], [0, 0, 0, 1]])
+    assert sampler.left_pad([[1] * 5], round_to=4)[0].shape == (1, 8)
+    assert sampler.left_pad([[1, 2]], width=3)[0].tolist() == [[0, 1, 2]]
+    with pytest.raises(ValueError, match="into 2"):
+        sampler.left_pad([[1, 2, 3]], width=2)
