@@ -7,13 +7,17 @@
         --workdir=/tmp/ali_c
     python -m launch.train --config=configs/ali_cfm.py:role=mmfm,held_out=3 --workdir=/tmp/mm
 
-Options: mesh (a preset in configs/common.py); size (smoke: tests | quick | small: the official
-step counts); role (pretrain: G regressed onto coupled intermediate knots | gan: G against D,
-RpGAN | cfm: the velocity on the frozen G of the run `interpolant` names | icfm | otcfm | mmfm:
-the baselines); dataset (trimodal | knot | rotating_gmm | krumsiek11); held_out (the marginal
+Options: mesh (a preset in configs/common.py); size (smoke: tests | quick | small: a CPU
+budget, GAN 5k steps of the paper's 70k); role (pretrain: G regressed onto coupled intermediate
+knots | gan: G against D, RpGAN | cfm: the velocity on the frozen G of the run `interpolant`
+names | icfm | otcfm | mmfm: the baselines | linear: the straight OT-paired path, no
+intermediate); dataset (trimodal | knot | rotating_gmm | krumsiek11); held_out (the marginal
 left out and evaluated; -1: none, every intermediate is evaluated); reg (linear | piecewise |
 second_derivative | none: G's regulariser); pretrained (gan: a pretrain run's workdir, else G
-starts fresh); interpolant (cfm: a gan run's workdir).
+starts fresh); interpolant (cfm: a gan run's workdir); normalise (yes: min-max to [0, 1] over
+all times, as the official single-cell loader | no: raw coordinates, as its toy scripts);
+coupling (pretrain and gan batches: full, the OT chain through every marginal | triple: only
+x0 -> x_i -> x1).
 """
 
 from ml_collections import ConfigDict
@@ -22,15 +26,15 @@ from configs.common import base_config, choose, parse_arg
 from core.declarations import Declarations
 from core.errors import ConfigError
 
-ROLES = ("pretrain", "gan", "cfm", "icfm", "otcfm", "mmfm")  # methods/ali_cfm ROLES
+ROLES = ("pretrain", "gan", "cfm", "icfm", "otcfm", "mmfm", "linear")  # methods/ali_cfm ROLES
 DATASETS = ("trimodal", "knot", "rotating_gmm", "krumsiek11")
 REGS = ("linear", "piecewise", "second_derivative", "none")
 STAGE = {"pretrain": 0, "gan": 1}  # index into SIZES' steps; every flow role is stage 2
 SIZES = {
     # steps (pretrain, gan, flow), batch, width (G, D and u_theta), W1 samples per marginal.
-    # small: the official step counts; quick: a tenth of them.
+    # small: a CPU budget (pretrain 1k, GAN 5k of the paper's 70k, CFM 2k); quick: less.
     "smoke": dict(steps=(2, 2, 2), batch=16, width=8, eval_samples=32),
-    "quick": dict(steps=(100, 500, 200), batch=128, width=64, eval_samples=300),
+    "quick": dict(steps=(200, 1500, 300), batch=128, width=64, eval_samples=300),
     "small": dict(steps=(1000, 5000, 2000), batch=128, width=64, eval_samples=1000),
 }
 LR = {"pretrain": 1e-3, "gan": 5e-5}  # the official GAN lr for G and D; 1e-3 elsewhere
@@ -57,6 +61,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
             "reg": "linear",
             "pretrained": "",
             "interpolant": "",
+            "normalise": "yes",
+            "coupling": "full",
         },
     )
     size = choose("size", opts["size"], SIZES)
@@ -79,9 +85,16 @@ def get_config(arg: str | None = None) -> ConfigDict:
             role=role,
             dataset=choose("dataset", opts["dataset"], DATASETS),
             data_seed=0,  # the data set's draw (fixed; config.seed drives batches and init)
+            data_options={},  # the data set's own options (data.load's keywords), e.g. knot's k
+            # Min-max to [0, 1] over all times (the official single-cell loader); its toy
+            # scripts (trimodal, knot) train on raw coordinates.
+            normalise=choose("normalise", opts["normalise"], {"yes": True, "no": False}),
             held_out=_int("held_out", opts["held_out"]),
             gan="rpgan",  # losses.GANS
             reg=choose("reg", opts["reg"], REGS),
+            # pretrain / gan batches: "full" chains every training marginal by OT (the
+            # official); "triple" only x0 -> x_i -> x1, the knots those stages read.
+            coupling=choose("coupling", opts["coupling"], ("full", "triple")),
             reg_weight=1.0,  # the official `correct_coeff`
             width=size["width"],
             pretrained=opts["pretrained"],  # gan: a pretrain run's workdir ("": fresh G)

@@ -10,7 +10,8 @@
 - here: `make(config) -> Method` for `core.train`, by `config.ali.role`:
   pretrain: G regressed onto the coupled intermediate knot; gan: D then G each step
   (`core.steps.alternating_step`), G from the `pretrained` run or fresh; cfm: u_theta on the
-  frozen G of the `interpolant` run; icfm | otcfm | mmfm: the baselines (u_theta alone).
+  frozen G of the `interpolant` run; icfm | otcfm | mmfm: the baselines (u_theta alone);
+  linear: flow matching on the straight OT-paired path x0 -> x1, no intermediate marginal read.
 
     python -m launch.train --config=configs/ali_cfm.py:role=pretrain --workdir=/tmp/ali_p
     python -m launch.train --config=configs/ali_cfm.py:role=gan,pretrained=/tmp/ali_p \\
@@ -33,8 +34,14 @@ from core.precision import compute_dtype
 from methods.ali_cfm import batches, evaluation, losses, nets
 from methods.ali_cfm import data as ali_data
 
-ROLES = ("pretrain", "gan", "cfm", "icfm", "otcfm", "mmfm")
-FLOW_ROLES = ("cfm", "icfm", "otcfm", "mmfm")  # a velocity field: evaluated by its ODE flow
+ROLES = ("pretrain", "gan", "cfm", "icfm", "otcfm", "mmfm", "linear")
+FLOW_ROLES = (
+    "cfm",
+    "icfm",
+    "otcfm",
+    "mmfm",
+    "linear",
+)  # a velocity field: evaluated by its ODE flow
 GAN_ROLES = ("pretrain", "gan")  # read the batch's intermediate knot
 
 
@@ -44,6 +51,8 @@ def _check(config) -> None:
         raise ConfigError(f"ali.role={a.role!r}; expected one of: {', '.join(ROLES)}")
     if a.gan not in losses.GANS:
         raise ConfigError(f"ali.gan={a.gan!r}; expected one of: {', '.join(losses.GANS)}")
+    if a.coupling not in ("full", "triple"):
+        raise ConfigError(f"ali.coupling={a.coupling!r}; expected one of: full, triple")
     if a.reg not in losses.REGULARISERS:
         raise ConfigError(f"ali.reg={a.reg!r}; expected one of: {', '.join(losses.REGULARISERS)}")
     if not a.reg_weight >= 0:
@@ -101,7 +110,7 @@ def flow_objective(role, times_K, params, batch, *, rng, extra=None):
     x0_BD, x1_BD, v = x_BKD[:, 0], x_BKD[:, -1], params["v"]
     if role == "cfm":
         return losses.cfm_loss(v, params["g"], x0_BD, x1_BD, t_B), {}
-    if role == "icfm":
+    if role in ("icfm", "linear"):  # x0, x1 independent (icfm) or paired by OT (linear)
         return losses.icfm_loss(v, x0_BD, x1_BD, t_B), {}
     knots_KBD = jnp.swapaxes(x_BKD, 0, 1)
     path_loss = losses.piecewise_cfm_loss if role == "otcfm" else losses.mmfm_loss
@@ -121,11 +130,18 @@ def _adam_pair(config) -> optim.Scoped:
     return optim.scoped([(r"^g/", "g"), (r"^d/", "d")], {"g": make(), "d": make()})
 
 
+def data_of(config) -> ali_data.Marginals:
+    """The marginals `config.ali` names (data set, draw, normalisation, the set's options)."""
+    a = config.ali
+    options = dict(a.data_options)
+    return ali_data.load(a.dataset, seed=a.data_seed, normalise=a.normalise, **options)
+
+
 def make(config) -> Method:
     _check(config)
     compute_dtype(config.dtype, ("float32",), "small MLPs and an ODE solve in float32")
     a = config.ali
-    marginals = ali_data.load(a.dataset, seed=a.data_seed)
+    marginals = data_of(config)
     K = len(marginals.times)
     if a.held_out != -1 and not (isinstance(a.held_out, int) and 0 < a.held_out < K - 1):
         raise ConfigError(f"ali.held_out={a.held_out!r}; -1 (none) or 0 < k < {K - 1}")
@@ -157,7 +173,13 @@ def make(config) -> Method:
 
     def dataset(split_name, *, shard, seed):
         del split_name  # only "train": evaluation is the host's W1
-        examples = batches.examples_fn(split.train, seed, couple_knots=role != "icfm", gan=gan)
+        train = split.train
+        if role == "linear":  # the endpoints alone, paired by OT: no intermediate is read
+            train = train._replace(
+                times=train.times[[0, -1]], samples=train.samples[:: len(train.samples) - 1]
+            )
+        coupling = "independent" if role == "icfm" else a.coupling if gan else "full"
+        examples = batches.examples_fn(train, seed, coupling=coupling, gan=gan)
         return pipeline.synthetic(
             examples_fn=examples,
             global_batch=config.train.batch_size,

@@ -46,6 +46,23 @@ def _flow(v_params, x0_ND, save_at_T):
     return ode.solve(field, x0_ND, 0.0, 1.0, method="dopri5", save_at=save_at_T)
 
 
+def second_difference_energy(path_TND, dt: float) -> float:
+    """The discretised curvature energy of trajectories on a uniform time grid: the mean over
+    trajectories of sum_i ||x_{i+1} - 2 x_i + x_{i-1}||^2 / dt^3, a Riemann sum of the integral
+    of ||d^2x/dt^2||^2 over t (each second difference is d^2x/dt^2 dt^2)."""
+    second_SND = np.diff(np.asarray(path_TND, np.float64), n=2, axis=0)
+    return float(np.mean(np.sum(second_SND**2, axis=(0, 2))) / dt**3)
+
+
+def flow_energy(v_params, split: Split, *, n: int, seed: int, steps: int = 100) -> float:
+    """`second_difference_energy` in data units of u_theta's flow from (up to n of) q_0's
+    samples, saved at `steps` + 1 equally spaced times over [0, 1]."""
+    x0_ND = _subsample(split.train.samples[0], n, np.random.default_rng(seed))
+    grid_T = jnp.linspace(0.0, 1.0, steps + 1)
+    path_TND = split.train.denormalise(np.asarray(_flow(v_params, jnp.asarray(x0_ND), grid_T)))
+    return second_difference_energy(path_TND, 1.0 / steps)
+
+
 def flow_w1(v_params, split: Split, *, n: int, seed: int) -> dict:
     """W1 at each evaluation time of the flow of u_theta started from (up to n of) q_0's
     samples; the references are (up to n of) that marginal's samples."""

@@ -32,7 +32,7 @@ def test_batches_are_ot_coupled_with_one_intermediate_per_batch():
     split = batches.split_marginals(m, 3)
     rngs = lambda: [np.random.default_rng([0, j]) for j in range(64)]
     coupled = batches.examples_fn(split.train, seed=0)(rngs(), 5)
-    independent = batches.examples_fn(split.train, seed=0, couple_knots=False)(rngs(), 5)
+    independent = batches.examples_fn(split.train, seed=0, coupling="independent")(rngs(), 5)
     assert coupled["x_BKD"].shape == (64, 6, 2) and coupled["x_BKD"].dtype == np.float32
     # The same draws: the coupling only re-orders each marginal's points across rows.
     for k in range(6):
@@ -73,7 +73,7 @@ def test_pretrain_gan_cfm_chain(tmp_path):
     assert set(w1) == {"eval/w1/t0.500", "eval/w1/mean"} and all(v > 0 for v in w1.values())
 
 
-@pytest.mark.parametrize("role", ["icfm", "otcfm", "mmfm"])
+@pytest.mark.parametrize("role", ["icfm", "otcfm", "mmfm", "linear"])
 def test_baseline_takes_a_step(role, tmp_path):
     c = config(f"role={role},dataset=rotating_gmm,held_out=3")
     c.train.steps = 1

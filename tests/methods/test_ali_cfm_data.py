@@ -118,7 +118,8 @@ def test_knot_middle_third_is_the_unit_circle_and_the_noise_is_the_official_std(
 def test_rotating_gmm_centres_lie_on_the_circle_and_turn_counter_clockwise():
     square = [[2, 0], [0, 2], [-2, 0], [0, -2]]
     np.testing.assert_allclose(data.gmm_centres(0.0), square, atol=1e-12)
-    np.testing.assert_allclose(data.gmm_centres(1.0)[0], [0, 2], atol=1e-12)  # 90 degrees on
+    turned = [2 * np.cos(2 * np.pi / 3), 2 * np.sin(2 * np.pi / 3)]
+    np.testing.assert_allclose(data.gmm_centres(1.0)[0], turned, atol=1e-12)  # 120 degrees on
     for t in (0.0, 0.3, 1.0):
         np.testing.assert_allclose(np.linalg.norm(data.gmm_centres(t), axis=1), 2)
     m = data.rotating_gmm(k=7, n=4000, seed=0, normalise=False)

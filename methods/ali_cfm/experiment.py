@@ -1,0 +1,101 @@
+"""ALI-CFM's claims at CPU scale: four data sets, ALI-CFM against OT-CFM, MMFM and a linear path.
+
+Arms are "<data set>/<method>" (methods/ali_cfm/runs.py says what each trains and how it is
+scored). No arm has a grid: every method runs at one fixed setting (the official learning rates,
+and the GAN's 2e-4 chosen on a validation draw of trimodal, data seed 0, which no reported run
+uses), so every baseline gets the same tuning budget as the method: none. 3 seeds; each seed
+draws its own data (seed 1000 + s), initialisation and batches. W1 is exact, in data units,
+lower is better, so a claim that X is below Y is written as the paired difference Y - X.
+
+The claims, written before the first full run (paired by seed):
+1. trimodal: ALI-CFM's W1 at t = 0.5 is below the linear path's by 0.3 (the linear path of two
+   N(0, 0.3^2) ends cannot split into three modes 1.5 apart);
+2. trimodal: ALI-CFM's trajectories are far smoother than piecewise OT-CFM's: log curvature
+   energy lower by log 2 (under half);
+3. rotating GMM, leave-one-out: ALI-CFM's held-out W1 below OT-CFM's (which cuts the chord);
+4. rotating GMM, leave-one-out: ALI-CFM's held-out W1 below MMFM's;
+5. knot: ALI-CFM's W1 over all marginals below OT-CFM's;
+6. knot: ALI-CFM's W1 over all marginals below MMFM's;
+7. krumsiek11, leave-one-out: ALI-CFM on par with OT-CFM (its held-out W1 at most 0.05 above);
+8. krumsiek11, leave-one-out: ALI-CFM on par with MMFM (at most 0.05 above).
+The quick run (trimodal; ALI-CFM and the linear path; fewer steps) checks claim 1 at 0.2.
+"""
+
+from core import experiment_runner, results
+from core.claims import IntervalClaim, Report
+from core.experiment_runner import Arm, ClaimSpec, Experiment
+from methods.ali_cfm import runs
+
+SEEDS = (0, 1, 2)
+METHODS = ("ali_cfm", "otcfm", "mmfm", "linear")
+PLAN = {  # data set -> the methods run there
+    "trimodal": METHODS,
+    "rotating_gmm": ("ali_cfm", "otcfm", "mmfm"),
+    "knot": ("ali_cfm", "otcfm", "mmfm"),
+    "krumsiek11": ("ali_cfm", "otcfm", "mmfm"),
+}
+ARMS = tuple(
+    Arm(f"{dataset}/{method}", settings={"dataset": dataset, "method": method})
+    for dataset, methods in PLAN.items()
+    for method in methods
+)
+QUICK_ARMS = tuple(a for a in ARMS if a.name in ("trimodal/ali_cfm", "trimodal/linear"))
+NAMES = {"ali_cfm": "ALI-CFM", "otcfm": "OT-CFM", "mmfm": "MMFM", "linear": "linear"}
+LOG_HALF = 0.6931471805599453  # log 2: "far below" is under half
+
+
+def config_of(arm: Arm, point: dict, seed: int, quick: bool):
+    del point
+    return runs.run_config(arm.settings["method"], arm.settings["dataset"], seed, quick)
+
+
+def _below(dataset, text, metric, method, other, margin, form="beats", **kw) -> ClaimSpec:
+    """ "`method` below `other` on `metric`": the paired `other` - `method` above `margin`
+    (beats) or above -`margin` (no_worse: `method` at most `margin` above `other`)."""
+    label = f"{dataset} {metric}: {NAMES[other]} - {NAMES[method]}"
+    return ClaimSpec(form, text, metric, f"{dataset}/{other}", margin, f"{dataset}/{method}",
+                     label=label, **kw)  # fmt: skip
+
+
+CLAIMS = (
+    _below("trimodal", "trimodal: ALI-CFM splits and rejoins, the linear path cannot (W1 at "
+           "t = 0.5, by 0.3)", "test/w1", "ali_cfm", "linear", 0.3, quick_margin=0.2),
+    _below("trimodal", "trimodal: ALI-CFM's trajectories far smoother than OT-CFM's (log "
+           "energy, by log 2)", "test/log_energy", "ali_cfm", "otcfm", LOG_HALF, in_quick=False),
+    _below("rotating_gmm", "rotating GMM: held-out W1 below OT-CFM's", "test/w1", "ali_cfm",
+           "otcfm", 0.0),
+    _below("rotating_gmm", "rotating GMM: held-out W1 below MMFM's", "test/w1", "ali_cfm",
+           "mmfm", 0.0),
+    _below("knot", "knot: W1 below OT-CFM's", "test/w1", "ali_cfm", "otcfm", 0.0),
+    _below("knot", "knot: W1 below MMFM's", "test/w1", "ali_cfm", "mmfm", 0.0),
+    _below("krumsiek11", "krumsiek11: held-out W1 on par with OT-CFM's (at most 0.05 above)",
+           "test/w1", "ali_cfm", "otcfm", 0.05, form="no_worse"),
+    _below("krumsiek11", "krumsiek11: held-out W1 on par with MMFM's (at most 0.05 above)",
+           "test/w1", "ali_cfm", "mmfm", 0.05, form="no_worse"),
+)  # fmt: skip
+
+EXPERIMENT = Experiment(
+    slug="ali_cfm",
+    arms=ARMS,
+    quick_arms=QUICK_ARMS,
+    seeds=SEEDS,
+    config_of=config_of,
+    run=runs.run,
+    claims=CLAIMS,
+    # bench_official.py runs the official PyTorch code for the benchmark: no run reads it.
+    sources=results.run_sources("ali_cfm", besides=(*results.READERS, "bench_official.py")),
+)
+
+
+def measure(workdir: str, *, quick: bool = False) -> dict:
+    return experiment_runner.measure(EXPERIMENT, workdir, quick=quick)
+
+
+def claims_from_results(record: dict) -> list[IntervalClaim]:
+    return experiment_runner.claims(EXPERIMENT, record)
+
+
+def run(workdir: str, *, quick: bool = False) -> Report:
+    from methods.ali_cfm.report import plot
+
+    return experiment_runner.report(EXPERIMENT, workdir, quick=quick, plot=plot)
