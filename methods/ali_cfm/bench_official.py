@@ -13,10 +13,10 @@ From the checkout that ALI_CFM_OFFICIAL names, `ali_cfm/nets.py` is imported as 
 `ali_cfm/training/training_funcs.py`, whose imports pull in wandb, tqdm, POT and the repo's
 plotting and metric modules (pandas, matplotlib, scikit-learn): `gan_step` and `cfm_step` below
 copy the lines of one loop iteration of its two training functions instead, minus the batch
-sampling and the logging. Prints one JSON line: each checked step's losses, then the median
-seconds of a GAN step and of a CFM step (Adam at the settings' rates, torch's other defaults,
-as the official scripts build them), or {"import_error": ...} when torch or the checkout is
-missing.
+sampling and the logging. Prints one JSON line: each checked step's losses, then, at each of
+the settings' thread counts, the median seconds of a GAN step and of a CFM step (Adam at the
+settings' rates, torch's other defaults, as the official scripts build them), or
+{"import_error": ...} when torch or the checkout is missing.
 """
 
 import contextlib
@@ -129,11 +129,13 @@ def _modules(s: dict, arrays: dict):
     return interpolant, discriminator, model
 
 
-def _median_seconds(fn, repeats: int, warmup: int = 3) -> float:
+def _median_seconds(fn, repeats: int, budget_s: float, warmup: int = 3) -> float:
+    """Median seconds of `fn()` over `repeats` calls, or over those that fit in `budget_s`
+    (at least 5): a step that stalls (threads contending for busy cores) ends in seconds."""
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
+    times, end = [], time.perf_counter() + budget_s
+    while len(times) < repeats and (len(times) < 5 or time.perf_counter() < end):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
@@ -153,7 +155,7 @@ def main(path: str) -> dict:
     with np.load(path) as z:
         arrays = dict(z)
     s = json.loads(str(arrays.pop("settings")))
-    torch.set_num_threads(s["threads"])
+    torch.set_num_threads(s["threads"][0])  # the checked steps at the first thread count
     names = ("gan_x0", "gan_x1", "gan_xt", "gan_noise_SB", "cfm_x0", "cfm_x1", "cfm_t_SB")
     x0, x1, xt, noise_SB, c0, c1, t_SB = (torch.from_numpy(arrays.pop(k)) for k in names)
     adam = lambda module, lr: torch.optim.Adam(module.parameters(), lr=lr)
@@ -167,19 +169,23 @@ def main(path: str) -> dict:
         with fixed_noise(noise_B):
             losses = gan()
         for k, v in zip(("d_loss", "g_loss", "g_adv", "g_reg"), losses, strict=True):
-            out[k].append(float(v))
+            out[k].append(v.item())
 
     # The CFM stage on a fresh copy: G as it started (ours reads the GAN run's initial state).
     frozen, _, model = _modules(s, arrays)
     opt_v = adam(model, s["cfm_lr"])
     for t_B in t_SB:
-        out["cfm_loss"].append(float(cfm_step(model, opt_v, frozen, c0, c1, t_B[:, None])))
+        out["cfm_loss"].append(cfm_step(model, opt_v, frozen, c0, c1, t_B[:, None]).item())
 
     cfm = lambda: cfm_step(model, opt_v, frozen, c0, c1, torch.rand(c0.shape[0], 1))
-    out["gan_step_seconds"] = _median_seconds(gan, s["repeats"])
-    out["cfm_step_seconds"] = _median_seconds(cfm, s["repeats"])
+    out["seconds"] = {}  # {threads: {"gan": median s, "cfm": median s}}
+    for threads in s["threads"]:
+        torch.set_num_threads(threads)
+        out["seconds"][threads] = {
+            "gan": _median_seconds(gan, s["repeats"], s["budget_s"]),
+            "cfm": _median_seconds(cfm, s["repeats"], s["budget_s"]),
+        }
     out["torch"] = torch.__version__
-    out["threads"] = torch.get_num_threads()
     return out
 
 
