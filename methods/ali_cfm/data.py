@@ -252,9 +252,8 @@ def load(name: str, seed=0, **kw) -> Marginals:
     if name not in DATASETS:
         raise ConfigError(f"unknown data set {name!r}; known: {', '.join(sorted(DATASETS))}")
     make = DATASETS[name]
-    try:
-        inspect.signature(make).bind(seed=seed, **kw)
-    except TypeError:
-        options = ", ".join(p for p in inspect.signature(make).parameters if p != "seed")
-        raise ConfigError(f"{name}: bad option(s) {sorted(kw)}; options: {options}") from None
+    known = [p for p in inspect.signature(make).parameters if p != "seed"]
+    unknown = sorted(set(kw) - set(known))
+    if unknown:
+        raise ConfigError(f"{name}: bad option(s) {unknown}; options: {', '.join(known)}")
     return make(seed=seed, **kw)

@@ -98,6 +98,11 @@ def test_baseline_takes_a_step(role, tmp_path):
         ("role=gan", {"gan": "wgan"}, r"^ali.gan='wgan'"),
         ("role=gan", {"reg_weight": -1.0}, r"^ali.reg_weight=-1.0"),
         ("role=gan", {"width": 0}, r"^ali.width=0"),
+        ("normalise=maybe", {}, r"^normalise='maybe' is unknown"),
+        ("coupling=mmot", {}, r"^coupling='mmot' is unknown"),
+        ("role=gan", {"coupling": "border"}, r"^ali.coupling='border'"),
+        ("dataset=knot", {"data_options": {"k": 61}}, r"^knot: k must be a multiple of 3"),
+        ("dataset=knot", {"data_options": {"bins": 3}}, r"^knot: bad option\(s\) \['bins'\]"),
     ],
 )
 def test_bad_options_are_one_line_errors(arg, ali, match):
