@@ -119,6 +119,24 @@ def test_leave_one_out_data_sets_keep_their_times_in_the_runs():
     assert runs.DATASETS["rotating_gmm"]["held_out"] == (1, 2, 3, 4, 5)
 
 
+def _mode_jumps(modes: int) -> float:
+    """The fraction of chained points whose angle moves > 30 degrees off the batch's median
+    step (a jump to another mode: neighbouring marginals are 20 degrees apart)."""
+    m = ali_data.load("rotating_gmm", seed=1000, normalise=False, n=1000, modes=modes)
+    fn = batches.examples_fn(m, 0, coupling="full", gan=False)
+    x_BKD = fn([np.random.default_rng([0, i]) for i in range(128)], 0)["x_BKD"]
+    step_BK = np.diff(np.degrees(np.arctan2(x_BKD[..., 1], x_BKD[..., 0])), axis=1)
+    step_BK = (step_BK + 180) % 360 - 180
+    return float(np.mean(np.abs(step_BK - np.median(step_BK, axis=0)) > 30))
+
+
+def test_minibatch_ot_sends_points_across_modes_only_with_several_modes():
+    # The diagnosis of the rotating GMM's failure (README): unequal counts per mode in a batch
+    # force exact OT to pair some points across modes; one mode has no such ambiguity.
+    assert _mode_jumps(4) > 0.04
+    assert _mode_jumps(1) < 0.01
+
+
 @pytest.mark.slow
 def test_quick_experiment_puts_ali_below_the_linear_path_on_trimodal(tmp_path):
     report = experiment.run(str(tmp_path), quick=True)
