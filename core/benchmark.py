@@ -116,6 +116,23 @@ def median_seconds(fn, repeats: int, *, warmup: int = 1) -> float:
     return statistics.median(times)
 
 
+def step_seconds(session, batch, repeats: int, *, warmup: int = 2) -> float:
+    """Median seconds of a `core.train` session's jitted step on `batch` (already on the
+    device). The step donates its state, so each call takes the previous call's output; the
+    session keeps the last state (its params are the trained ones afterwards)."""
+    state = session.state
+
+    def one():
+        nonlocal state
+        state, metrics = session.step(state, batch)
+        jax.block_until_ready(metrics)
+
+    try:
+        return median_seconds(one, repeats, warmup=warmup)
+    finally:
+        session.state = state
+
+
 def matmul_peak(devices, sizes=(1024, 1536, 2048), repeats: int = 10, dtype="float32") -> dict:
     """Best jitted N x N matmul FLOP/s (2 N^3 per product) over `sizes`, summed over `devices`:
     each device multiplies its own pair, which is how data parallelism uses them (and on fake

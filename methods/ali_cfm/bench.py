@@ -45,7 +45,7 @@ import numpy as np
 
 from configs import ali_cfm as ali_config
 from core import checkpoint, ot, train
-from core.benchmark import Ratio, Result, median_seconds
+from core.benchmark import Ratio, Result, median_seconds, step_seconds
 from core.data import to_global
 from core.errors import ConfigError
 from methods import ali_cfm as ali
@@ -121,20 +121,6 @@ def first_steps(session, batch, steps: int) -> tuple[dict, list[dict]]:
         rows.append({k: float(v) for k, v in metrics.items()})
     session.state = state
     return params, rows
-
-
-def step_seconds(session, batch, repeats: int) -> float:
-    """Median seconds of the session's jitted step on `batch` (already on the device)."""
-    state = session.state
-
-    def one():
-        nonlocal state
-        state, metrics = session.step(state, batch)
-        jax.block_until_ready(metrics)
-
-    seconds = median_seconds(one, repeats, warmup=2)
-    session.state = state
-    return seconds
 
 
 def step_keys(key, steps: int) -> list:

@@ -54,12 +54,17 @@ def second_difference_energy(path_TND, dt: float) -> float:
     return float(np.mean(np.sum(second_SND**2, axis=(0, 2))) / dt**3)
 
 
-def flow_energy(v_params, split: Split, *, n: int, seed: int, steps: int = 100) -> float:
-    """`second_difference_energy` in data units of u_theta's flow from (up to n of) q_0's
+def flow_paths(v_params, split: Split, *, n: int, seed: int, steps: int = 100) -> np.ndarray:
+    """[steps + 1, n, D] trajectories in data units of u_theta's flow from (up to n of) q_0's
     samples, saved at `steps` + 1 equally spaced times over [0, 1]."""
     x0_ND = _subsample(split.train.samples[0], n, np.random.default_rng(seed))
     grid_T = jnp.linspace(0.0, 1.0, steps + 1)
-    path_TND = split.train.denormalise(np.asarray(_flow(v_params, jnp.asarray(x0_ND), grid_T)))
+    return split.train.denormalise(np.asarray(_flow(v_params, jnp.asarray(x0_ND), grid_T)))
+
+
+def flow_energy(v_params, split: Split, *, n: int, seed: int, steps: int = 100) -> float:
+    """`second_difference_energy` of `flow_paths`."""
+    path_TND = flow_paths(v_params, split, n=n, seed=seed, steps=steps)
     return second_difference_energy(path_TND, 1.0 / steps)
 
 

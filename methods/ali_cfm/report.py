@@ -13,7 +13,6 @@ import os
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from core import cache, checkpoint, experiment_runner, results
@@ -43,15 +42,6 @@ def table(record: dict) -> str:
         dataset, method = arm.split("/")
         lines.append(f"| {dataset} | {method} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _paths(v_params, split, n: int, seed: int) -> np.ndarray:
-    """[T, n, D] flow trajectories in data units from n of q_0's samples."""
-    q0_ND = split.train.samples[0]
-    x0_ND = q0_ND[np.random.default_rng(seed).permutation(len(q0_ND))[:n]]
-    grid_T = jnp.linspace(0.0, 1.0, 101)
-    path_TND = evaluation._flow(v_params, jnp.asarray(x0_ND), grid_T)  # the scored solve
-    return split.train.denormalise(np.asarray(path_TND))
 
 
 def _stage_params(experiment, arm, workdir: str, held: int):
@@ -99,7 +89,7 @@ def plot(record: dict, workdir: str) -> list[str]:
                 x_ND = split.train.denormalise(split.held_samples)
                 ax.scatter(x_ND[:, 0], x_ND[:, 1], s=1, c="tab:red", label="held out")
                 ax.legend(loc="lower right", fontsize=7)
-            path_TND = _paths(v, split, FIGURE_PATHS, 0)
+            path_TND = evaluation.flow_paths(v, split, n=FIGURE_PATHS, seed=0)
             ax.plot(path_TND[:, :, 0], path_TND[:, :, 1], lw=0.7, c="tab:blue", alpha=0.8)
             ax.set_title(f"{dataset}: {NAMES[method]}")
             ax.set_aspect("equal")

@@ -32,7 +32,7 @@ import numpy as np
 
 from configs import brain_semantoks as bs_config
 from core import train
-from core.benchmark import Ratio, Result, median_seconds
+from core.benchmark import Ratio, Result, median_seconds, step_seconds
 from methods import brain_semantoks as bs
 from methods.brain_semantoks import model
 
@@ -174,15 +174,8 @@ def measure(*, smoke: bool = False) -> Result:
     c.dtype = "float32"
     repeats = 2 if smoke else 10
     session = train.init(c, bs.make(c), devices=jax.devices()[:1])
-    batch = session.next_batch()
+    step_s = step_seconds(session, session.next_batch(), repeats)
     state = session.state
-
-    def one_step():
-        nonlocal state
-        state, metrics = session.step(state, batch)
-        jax.block_until_ready(metrics)
-
-    step_s = median_seconds(one_step, repeats, warmup=2)
     cfg = bs.model_config(c)
     tok = jax.device_get(state.params["tokenizer"])
     buffers = state.extra["buffers"]
