@@ -5,7 +5,10 @@
 
 Options: mesh (a preset in configs/common.py), size (smoke | quick | full), arm (ddt | ddt_2b |
 dual | dupa | dupa_sg | repa: methods/dupa/__init__.py), backbone (sincos: additive sin-cos
-positions, the first study's; rope: DDT's 2-D RoPE and QK-norm, no additive positions).
+positions, the first study's; rope: DDT's 2-D RoPE and QK-norm, no additive positions),
+align (projector: -cos of a trainable projector's outputs, the first two studies'; retest:
+InfoNCE between the two paths' own encoder tokens centred on the batch, from a pass with the
+null label; ALIGNS; the single options, config.dupa.align_*, are methods/dupa ALIGN_OPTIONS).
 train.batch_size is images per step (B; 2B for ddt_2b); the dual-path arms run K = 2 paths per
 image, a forward of 2B rows.
 Evaluation (FD-digits, conditional accuracy, probe; eval.num_samples > 0) trains the digits
@@ -30,6 +33,12 @@ ARMS = {
         paths=1, align_weight=0.5, stop_gradient=False, target="classifier", batch_factor=1
     ),
 }
+# align -> the alignment's options (methods/dupa ALIGN_OPTIONS, README "Re-test (issue 47)").
+# The default is the first two studies', so their run configs mean what they meant.
+ALIGNS = {
+    "projector": dict(align_head="projector", align_label="shared", align_loss="cosine"),
+    "retest": dict(align_head="centred", align_label="null", align_loss="infonce"),
+}
 # backbone -> core.nn.dit position and qk_norm
 BACKBONES = {
     "sincos": dict(position="sincos", qk_norm=False),
@@ -53,7 +62,9 @@ DECLARATIONS = Declarations(
 
 
 def get_config(arg: str | None = None) -> ConfigDict:
-    opts = parse_arg(arg, {"mesh": "auto", "size": "full", "arm": "dupa", "backbone": "sincos"})
+    opts = parse_arg(arg, {"mesh": "auto", "size": "full", "arm": "dupa", "backbone": "sincos",
+                           "align": "projector"})  # fmt: skip
+    alignment = choose("align", opts["align"], ALIGNS)
     size = choose("size", opts["size"], SIZES)
     arm = choose("arm", opts["arm"], ARMS)
     backbone = choose("backbone", opts["backbone"], BACKBONES)
@@ -79,6 +90,8 @@ def get_config(arg: str | None = None) -> ConfigDict:
             stop_gradient=arm["stop_gradient"],
             target=arm["target"],
             align_block=size["align"],
+            **alignment,
+            align_temperature=0.2,  # InfoNCE's (MoCo v2's default), untuned; cosine: unused
             projector_dim=64,
             projector_gain=0.5,  # "small-gain Xavier" after a Kaiming layer; never zero
             label_dropout=0.1,

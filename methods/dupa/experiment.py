@@ -33,7 +33,11 @@ DUPA's FD below DDT-B's by more than 0.05 m. Every (arm, seed) run is cached by 
 hash (`core.cache`).
 
     python -m launch.reproduce --methods=dupa            # both backbones, both records
-    python -m methods.dupa.experiment --backbone=rope --workdir=/tmp/dupa_rope   # one of them
+    python -m methods.dupa.experiment --run=full_rope --workdir=/tmp/dupa_rope   # one of them
+    python -m methods.dupa.experiment_v2 --workdir=/tmp/dupa_v2                 # the re-test
+
+The re-test (issue 47: the first two studies' alignment collapses) is its own record, "full_v2",
+with its own arms, grid and claims: `experiment_v2.py`.
 """
 
 import argparse
@@ -46,9 +50,9 @@ import jax
 import numpy as np
 
 from configs import dupa as dupa_config
-from core import cache, results, train
+from core import cache, experiment_runner, results, train
 from core.claims import IntervalClaim, Report
-from methods.dupa import evaluation, make, model_config
+from methods.dupa import evaluation, experiment_v2, make, model_config
 
 SEEDS = (0, 1, 2)
 ARMS = ("ddt", "dupa", "ddt_2b", "dual", "dupa_sg", "repa")
@@ -88,6 +92,10 @@ FULL_ROPE = dataclasses.replace(FULL, backbone="rope")  # the second study: only
 QUICK = Settings("quick", "rope", ("ddt", "dupa"), 100, 1, 100, 10, 0.05, 0.01, 0.8)
 # record name -> settings; launch.reproduce saves and re-derives each full record.
 RUNS = {"full": FULL, "full_rope": FULL_ROPE}
+# The re-test (issue 47, `experiment_v2.py`): its own record, written by core.experiment_runner.
+V2 = experiment_v2.EXPERIMENT.run_name(quick=False)  # "full_v2"
+# "full_v2" joins RESULT_RUNS in the commit that adds results/full_v2.json: `launch.reproduce
+# --from_results` stops at a missing record, which would hide the first two (a test checks it).
 RESULT_RUNS = tuple(RUNS)
 
 
@@ -179,6 +187,13 @@ def step_fractions(record: dict) -> dict:
 
 
 def claims_from_results(record: dict) -> list[IntervalClaim]:
+    if record["run"] == V2:
+        return experiment_v2.claims_from_results(record)
+    return claims_of_study(record)
+
+
+def claims_of_study(record: dict) -> list[IntervalClaim]:
+    """The claims of the first two studies' records (and of the quick one)."""
     s = record["config"]["settings"]
     fd = {arm: results.by_seed(record["rows"], "fd", arm=arm) for arm in s["arms"]}
     m = float(np.mean(list(fd["ddt"].values())))
@@ -296,11 +311,16 @@ def run(workdir: str, *, quick: bool = False, runs=None) -> Report:
     """The quick record, or the full records `runs` (default all, the RoPE study first: a run
     cut short has the newer one), each with its claims, in one report."""
     names = ("quick",) if quick else (runs or ("full_rope", "full"))
-    records = [measure(workdir, quick=quick, run=name) for name in names]
+    records = [
+        experiment_runner.measure(experiment_v2.EXPERIMENT, workdir)
+        if name == V2
+        else measure(workdir, quick=quick, run=name)
+        for name in names
+    ]
     claims = [c for r in records for c in claims_from_results(r)]
     return Report.on_protocol(
         method="dupa",
-        figures=[f for r in records for f in plot(r, workdir)],
+        figures=[f for r in records if r["run"] != V2 for f in plot(r, workdir)],
         claims=claims,
         quick=quick,
         results=records if len(records) > 1 else records[0],
@@ -313,7 +333,7 @@ def main() -> None:
     from core import compile_cache
 
     parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--run", choices=RESULT_RUNS, default="full_rope")
+    parser.add_argument("--run", choices=RESULT_RUNS, default="full_rope")  # v2: its own main
     parser.add_argument("--workdir", required=True)
     args = parser.parse_args()
     compile_cache.enable()

@@ -1,0 +1,163 @@
+"""DUPA's re-test (issue 47), the record "full_v2" (`experiment.py` dispatches to it): the
+alignment without its easy ways out (configs/dupa.py align=retest: InfoNCE between the two paths'
+batch-centred encoder tokens, no projector, from a pass with the null label; README, "Re-test
+(issue 47)"), against the two controls of the same rows per step, each arm's learning rate chosen
+on validation FD.
+
+    python -m methods.dupa.experiment_v2 --workdir=/tmp/dupa_v2 --pilot   # first: the spread
+    python -m methods.dupa.experiment_v2 --workdir=/tmp/dupa_v2           # the grid, the claims
+
+Arms (the RoPE + QK-norm backbone, the full model, B = 32 images and 2B = 64 rows per step):
+DDT at batch 2B, dual-path with lambda 0, DUPA (lambda 0.5, the re-test's alignment). STEPS steps
+(10 % warm-up, at most 100, then constant), EMA 0.999; the learning rate from LR_GRID for every
+arm (`core.experiment_runner`: the best mean validation FD over the seeds; a choice on the grid's
+edge refuses the claims until the grid is widened). SEEDS pair the arms (same init, same image
+stream). Evaluation at the end (`retest.py`): FD-digits of SAMPLES EMA samples (50 Euler steps,
+CFG 1.5) against the validation split (selection) and the test split (claims).
+
+Claims, written before the first run (margins on paired log FD, so relative: the paper's effect
+is ~10 % lower FID, PAPER_EFFECT; MARGIN is half of it, DUPA's FD at least 5 % lower):
+1. DUPA below dual-path with lambda 0 (the alignment itself helps: the paper's claim);
+2. DUPA below DDT at 2B (the reviewers' equal-rows control);
+3. exploratory, not the paper's: dual-path within 5 % of DDT at 2B;
+4. diagnostic: DUPA's aligned tokens still tell images apart at the end (the gate's gap on the
+   test split at least collapse_check.GATE_GAP);
+5. exploratory: the encoder's linear probe higher with DUPA than with dual-path, by 0.01.
+The pilot (--pilot: the three arms at 1e-3, seeds 0-2, the grid's own runs, reused by it) gives
+the paired spread of validation log FD and the power of claims 1-2 at the paper's effect
+(`power`); it must run, and the README state its numbers, before the grid.
+"""
+
+import argparse
+import dataclasses
+import itertools
+import math
+
+import numpy as np
+from ml_collections import ConfigDict
+
+from configs import dupa as dupa_config
+from core import experiment_runner, results, stats
+from core.claims import IntervalClaim
+from core.experiment_runner import Arm, ClaimSpec, Experiment
+from methods.dupa import collapse_check, retest
+
+SEEDS = (0, 1, 2, 3, 4)
+STEPS = 1500
+LR_GRID = (3e-4, 1e-3, 3e-3)  # around the first studies' untuned 1e-3, a factor ~3 apart
+SAMPLES = 200
+ARMS = ("ddt_2b", "dual", "dupa")
+PAPER_EFFECT = math.log(1 / 0.9)  # ~10 % lower FID, as a paired difference of log FD
+MARGIN = math.log(1 / 0.95)  # half of it: at least 5 % lower
+PILOT_LR = 1e-3
+
+
+def config_of(arm: Arm, point: dict, seed: int, quick: bool):
+    """The run's config: configs/dupa.py's full RoPE model with the re-test's alignment."""
+    del quick  # no quick form: `experiment.py`'s quick run is the first studies'
+    c = dupa_config.get_config(f"size=full,arm={arm.name},backbone=rope,align=retest")
+    c.seed = seed
+    c.optim.lr = point.get("lr", arm.settings.get("lr"))
+    c.train.steps = STEPS
+    c.optim.warmup_steps = min(100, STEPS // 10)
+    c.train.log_every, c.train.eval_every, c.train.checkpoint_every = STEPS // 10, STEPS, 0
+    # Training evaluates only the held-out velocity, on validation; retest.run samples once.
+    c.eval.split, c.eval.num_samples = "validation", 0
+    c.exp = ConfigDict({"samples": SAMPLES})
+    return c
+
+
+def _below(text: str, arm: str, other: str, margin: float, form: str = "beats") -> ClaimSpec:
+    """`arm`'s test FD below `other`'s: paired log FD(other) - log FD(arm) above `margin`
+    (beats), or above -`margin` (no_worse: `arm` at most `margin` above)."""
+    label = f"test log FD: {other} - {arm}"
+    return ClaimSpec(form, text, "test/log_fd", other, margin, arm, label=label)
+
+
+CLAIMS = (
+    _below("v2: FD(DUPA) < FD(dual-path, lambda 0) by > 5 % (half the paper's ~10 %)", "dupa",
+           "dual", MARGIN),
+    _below("v2: FD(DUPA) < FD(DDT, 2B) by > 5 % (the equal-rows control)", "dupa", "ddt_2b",
+           MARGIN),
+    _below("v2, exploratory (not the paper's): FD(dual-path) within 5 % of FD(DDT, 2B)", "dual",
+           "ddt_2b", MARGIN, form="no_worse"),
+    ClaimSpec("at_least", "v2, diagnostic: DUPA's aligned tokens tell images apart at the end "
+              "(gate gap, test split)", "test/align_gap", "dupa", collapse_check.GATE_GAP),
+    ClaimSpec("beats", "v2, exploratory: linear probe higher with DUPA than dual-path by > .01",
+              "test/probe_accuracy", "dupa", 0.01, "dual"),
+)  # fmt: skip
+
+EXPERIMENT = Experiment(
+    slug="dupa",
+    part="v2",
+    arms=tuple(Arm(name, grid={"lr": LR_GRID}) for name in ARMS),
+    seeds=SEEDS,
+    config_of=config_of,
+    run=retest.run,
+    select_on="validation/fd",
+    rule="min",
+    claims=CLAIMS,
+    # Editing a claim or the pilot retrains nothing: this file is not in a run's code key.
+    sources=results.run_sources("dupa", besides=(*results.READERS, "experiment_v2.py")),
+)
+# The pilot: the grid's runs at PILOT_LR on the first three seeds (the same configs, so the same
+# cache entries: the grid reuses them in the same workdir). Its record is not saved.
+PILOT = dataclasses.replace(
+    EXPERIMENT,
+    part="v2_pilot",
+    arms=tuple(Arm(name, settings={"lr": PILOT_LR}) for name in ARMS),
+    seeds=SEEDS[:3],
+    select_on=None,
+    claims=(),
+)
+
+
+def claims_from_results(record: dict) -> list[IntervalClaim]:
+    return experiment_runner.claims(EXPERIMENT, record)
+
+
+def power(effect: float, sd: float, n: int, margin: float, trials: int = 2000) -> float:
+    """The chance that a `beats` claim holds (the bootstrap interval's low end of n paired
+    differences above `margin`, as `core.stats.interval` computes it) when the differences are
+    normal with mean `effect` and standard deviation `sd`. Monte Carlo, seeded."""
+    rng = np.random.default_rng(0)
+    draws = rng.normal(effect, sd, size=(trials, n))
+    return float(np.mean([stats.interval(d, seed=i).low > margin for i, d in enumerate(draws)]))
+
+
+def pilot_spread(record: dict) -> dict[str, float]:
+    """The sd over seeds of each pair's paired validation log-FD difference."""
+    by_arm = {a: results.by_seed(record["rows"], "validation/log_fd", arm=a) for a in ARMS}
+    out = {}
+    for a, b in itertools.combinations(ARMS, 2):
+        diffs = stats.paired_differences(by_arm[a], by_arm[b], what=f"{a} - {b}")
+        out[f"{a} - {b}"] = float(np.std(diffs, ddof=1))
+    return out
+
+
+def main() -> None:
+    """The pilot (its spread and the claims' power), or the grid (saved as results/full_v2.json,
+    its claims printed)."""
+    from core import compile_cache
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--pilot", action="store_true")
+    args = parser.parse_args()
+    compile_cache.enable()
+    if args.pilot:
+        record = experiment_runner.measure(PILOT, args.workdir)
+        for pair, sd in pilot_spread(record).items():
+            chances = ", ".join(
+                f"n={n}: {power(PAPER_EFFECT, sd, n, MARGIN):.2f}" for n in (3, 4, 5, 6, 8)
+            )
+            print(f"validation log FD, {pair}: paired sd {sd:.4f}; power at 10 % ({chances})")
+        return
+    record = experiment_runner.measure(EXPERIMENT, args.workdir)
+    print("saved", results.save(record))
+    for claim in claims_from_results(record):
+        print(f"{'holds' if claim.holds else 'NO   '}  {claim.text}: {claim.measured_text()}")
+
+
+if __name__ == "__main__":
+    main()
