@@ -8,7 +8,7 @@ ml100k), model (deql | edlae | ease), split (strong: 100 validation + 100 test u
 out | weak: every user's 70/10/20). One step is one closed-form fit (`train.steps = 1`): the
 Gram matrix of the train matrix (users sharded over the mesh), then the solve in float64.
 The default hyperparameters are each model's most frequent validation choice in
-`methods/deql/results/full.json` (ML-100k, strong, 10 splits; DEQL(L2)'s lam there is on EDLAE's
+`methods/deql/results/full_v1.json` (ML-100k, strong, 10 splits; DEQL(L2)'s lam there is on EDLAE's
 scale, 100, which is 62.5 on DEQL's own at b = 2, p = 0.5); override any, e.g. --config.model.b=1.5
 --config.model.lam=30 --config.model.zero_diag=true. The evaluation reports validation
 Recall@20/50 and NDCG@100; test users are never touched here.

@@ -134,6 +134,16 @@ def evaluate_W(W_II, fold_in, held_out) -> dict:
     return out
 
 
+def evaluate_users(W_II, fold_in, held_out) -> dict:
+    """`evaluate_W`'s metrics per user: {"recall@20": [U] float64, ...}, nan for a user without
+    held-out items (the means leave them out)."""
+    out = {}
+    for name, k in EVAL_KS:
+        k_used = min(k, W_II.shape[0])
+        out[f"{name}@{k}"] = metrics.per_user(W_II, fold_in, held_out, k=k_used)[name]
+    return out
+
+
 def load_split(cfg):
     """The split `cfg` (config.data) names, of ML-100k or of a synthetic matrix."""
     if cfg.source == "ml100k":

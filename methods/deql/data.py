@@ -2,6 +2,7 @@
 
     X = load_ml100k()                                # Interactions: csr [users, items], ids
     strong = strong_split(X.matrix, n_val=100, n_test=100, seed=0)
+    fold = fold_split(X.matrix, fold=0, folds=5, n_val=150, seed=0)  # StrongSplit, 5-fold CV
     weak = weak_split(X.matrix, seed=0)
 
 The file: the recbole wheel on PyPI ships `recbole/dataset_example/ml-100k/ml-100k.inter`
@@ -26,6 +27,10 @@ unregularised solves become singular; the interactions lost that way are counted
 - strong generalisation (Liang et al. 2018): `n_val` and `n_test` held-out users; each of their
   interaction sets is split into fold-in (80 %) and held-out (20 %, at least one item); the
   remaining users form the train matrix. Only users with >= 2 interactions are held out.
+  `strong_split` draws both sets afresh per seed (two seeds' test users overlap);
+  `fold_split` is K-fold cross-validation over users: fold f's test users are the f-th of K
+  parts of one seeded permutation (every eligible user is a test user exactly once over the K
+  folds; `require_tested_once` checks it), its validation users a seeded draw from the others.
 - weak generalisation: every user's interactions split into train / val / test (70/10/20 by
   default, rounded per user; the remainder goes to train).
 Every error is a `DataError` of one line.
@@ -68,6 +73,8 @@ class StrongSplit(NamedTuple):
     test_out: sp.csr_matrix
     items: np.ndarray  # [items] column index into the matrix that was split
     dropped: int  # held-out users' interactions on items no train user has (not scorable)
+    val_users: np.ndarray  # [val users] row index into the matrix that was split, sorted
+    test_users: np.ndarray  # [test users] likewise: the rows of test_in / test_out
 
 
 class WeakSplit(NamedTuple):
@@ -180,8 +187,7 @@ def strong_split(
 ) -> StrongSplit:
     """Held-out users (strong generalisation); see the module docstring."""
     X = sp.csr_matrix(X)
-    counts = np.diff(X.indptr)
-    eligible = np.flatnonzero(counts >= 2)  # one fold-in and one held-out item at least
+    eligible = _eligible(X)
     if n_val < 1 or n_test < 1 or n_val + n_test >= len(eligible):
         raise DataError(
             f"n_val={n_val}, n_test={n_test}: need both >= 1 and their sum below the "
@@ -189,7 +195,62 @@ def strong_split(
         )
     rng = np.random.default_rng(seed)
     held = rng.permutation(eligible)[: n_val + n_test]
-    val_users, test_users = np.sort(held[:n_val]), np.sort(held[n_val:])
+    return _held_out(X, np.sort(held[:n_val]), np.sort(held[n_val:]), holdout, rng)
+
+
+def user_folds(X: sp.csr_matrix, *, folds: int, seed: int) -> list[np.ndarray]:
+    """The test users of each of `folds` folds (sorted rows of X): one seeded permutation of
+    the users with >= 2 interactions cut into `folds` near-equal parts, so each is tested once."""
+    eligible = _eligible(sp.csr_matrix(X))
+    if not 2 <= folds <= len(eligible):
+        raise DataError(f"folds={folds}: need 2 to {len(eligible)} (users with >= 2 items)")
+    order = np.random.default_rng(seed).permutation(eligible)
+    return [np.sort(part) for part in np.array_split(order, folds)]
+
+
+def fold_split(
+    X: sp.csr_matrix, *, fold: int, folds: int, n_val: int, seed: int, holdout: float = 0.2
+) -> StrongSplit:
+    """Fold `fold` of `folds`-fold cross-validation over users: its test users are
+    `user_folds(...)[fold]`; `n_val` validation users are drawn (seeded by seed and fold) from
+    the other eligible users; everyone else is fitted."""
+    X = sp.csr_matrix(X)
+    parts = user_folds(X, folds=folds, seed=seed)
+    if not 0 <= fold < folds:
+        raise DataError(f"fold={fold}: must be in [0, {folds})")
+    test_users = parts[fold]
+    others = np.setdiff1d(_eligible(X), test_users)
+    if not 1 <= n_val < len(others):
+        raise DataError(
+            f"n_val={n_val}: need 1 to {len(others) - 1} (the fold's non-test users with >= 2 "
+            "interactions; some must stay to be fitted)"
+        )
+    rng = np.random.default_rng([seed, fold])
+    val_users = np.sort(rng.choice(others, size=n_val, replace=False))
+    return _held_out(X, val_users, test_users, holdout, rng)
+
+
+def require_tested_once(test_users: list, users) -> None:
+    """A one-line DataError unless every user in `users` is in exactly one of the test-user
+    sets (what K-fold cross-validation gives, and seeded random splits do not)."""
+    tested = np.concatenate([np.asarray(t, int) for t in test_users])
+    ids, counts = np.unique(tested, return_counts=True)
+    twice, never = ids[counts > 1], np.setdiff1d(np.asarray(users, int), ids)
+    if len(twice) or len(never):
+        raise DataError(
+            f"test users overlap or miss users: {len(twice)} tested more than once (e.g. "
+            f"{twice[:3].tolist()}), {len(never)} never tested (e.g. {never[:3].tolist()})"
+        )
+
+
+def _eligible(X: sp.csr_matrix) -> np.ndarray:
+    return np.flatnonzero(np.diff(X.indptr) >= 2)  # one fold-in and one held-out item at least
+
+
+def _held_out(X, val_users, test_users, holdout: float, rng) -> StrongSplit:
+    """The split with these validation and test users held out (fold-in / held-out drawn with
+    `rng`, validation users first) and every other user fitted."""
+    held = np.concatenate([val_users, test_users])
     train_users = np.setdiff1d(np.arange(X.shape[0]), held)
     train = X[train_users]
     items = np.flatnonzero(np.diff(train.tocsc().indptr))  # items seen in train
@@ -200,7 +261,7 @@ def strong_split(
     cut = lambda m: sp.csr_matrix(m[:, items])
     parts = [cut(m) for m in (val_in, val_out, test_in, test_out)]
     dropped = X[held].nnz - sum(m.nnz for m in parts)
-    return StrongSplit(cut(train), *parts, items, int(dropped))
+    return StrongSplit(cut(train), *parts, items, int(dropped), val_users, test_users)
 
 
 def _fold_in(X: sp.csr_matrix, holdout: float, rng) -> tuple[sp.csr_matrix, sp.csr_matrix]:

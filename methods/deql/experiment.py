@@ -1,386 +1,232 @@
-"""DEQL's claims at CPU scale: EASE, EDLAE, DEQL(plain), DEQL(L2) on MovieLens-100k.
+"""DEQL's claims at CPU scale (v2, issue 47): six arms on MovieLens-100k, 5-fold CV over users.
 
-Strong generalisation (Liang et al. 2018): per split (seed), `n_val` validation and `n_test`
-test users are held out (80 % of each one's items folded in, 20 % to predict); the other users'
-Gram matrix is fitted. Per split and model, every point of the model's grid is fitted and
-scored on the validation users' Recall@20; `core.selection.select` picks the best (ties: the
-first in grid order) and, in the full run, `require_interior` refuses a choice on a grid edge
-(the run stops naming every such model, split and axis). The chosen point alone is scored on
-the test users (Recall@20, Recall@50, NDCG@100): test numbers never choose anything (the
-released code logs the maximum over test metrics).
+Strong generalisation (Liang et al. 2018) as K-fold cross-validation over users
+(`data.fold_split`): one seeded permutation of the 942 users cut into 5 folds; fold f's ~188
+test users are its f-th part, so every user is a test user exactly once; its N_VAL validation
+users are drawn from the other users, and the rest (~604) are fitted. Each held-out user's
+items: 80 % folded in, 20 % to predict. Per fold and arm, every grid point is fitted and scored
+on the fold's validation users (mean Recall@20); `core.selection.select` takes the best (ties:
+first in grid order); the chosen point alone is scored on the fold's test users, per user
+(Recall@20, Recall@50, NDCG@100, keyed by user id). Test users never choose anything.
+`methods/deql/crossval.py` runs it; every (fold, point) score is cached by config and solver code.
 
-Models and grids (a = 1). One rule for every model: the same geometric ladders per axis
-(lam x sqrt(10), b x 2, p in logit-like steps), each axis wide enough that every split's choice
-is inside it. lam is on EDLAE's scale for every model: DEQL's H0 / (c (1-p)^2) is EDLAE's
-K + p/(1-p) diag(K) + lam I (c = p a^2 + (1-p) b^2), so DEQL(L2) is fitted with the solver's
-lam = lam_edlae c (1-p)^2 and the three lam axes mean the same thing. In a first run with
-DEQL's own lam scale, (b, lam) traded along a ridge and the choices scattered over 50x in lam.
-- EASE (Steck 2019): lam;
-- EDLAE (Steck 2020, b = 0, zero diagonal): p x lam;
-- DEQL(plain): b > 0, lam = 0: b x p;
-- DEQL(L2): b > 0, lam > 0: b x p x lam (no zero-diagonal constraint).
+Arms (a = 1). The paper's arms use the official grids (github.com/coderaBruce/DEQL at 7d4a990,
+config/ML20M/strong_generalization/): `EDLAE_b_geq_0.yaml` for DEQL(plain) and
+`EDLAE_b_geq_0_diag0_L2const.yaml` for DEQL(L2) (the L2 + zero-diagonal variant, L2const added
+to H0's diagonal: DEQL's own lam scale). A choice on a released grid's edge is recorded and
+allowed: those grids are the authors', kept as published. The "wide" arms are v1's grids (one
+ladder per axis, lam on EDLAE's scale: `hyper`); a choice on their edges stops the claims
+unless declared open with a reason (`open_edges`). EASE and EDLAE keep v1's grids.
 
-Claims (test Recall@20, paired by split: every model sees the same users; margins fixed before
-the run that `results/full.json` records):
-- DEQL(L2) beats DEQL(plain) by more than PLAIN_GAP (the paper's ablation: plain is poor);
-- DEQL(L2) beats EDLAE, and beats EASE (the paper's table: DEQL(L2) above both on all six
-  datasets). This replaces "DEQL(L2) >= EDLAE - 0.005", which could hardly fail: DEQL(L2)'s
-  grid nearly contains EDLAE (b -> 0), so only noise could put it 0.005 below.
-
-The quick run (3 splits) cannot decide those gaps (a few thousandths of Recall@20); its checks
-are smoke checks that hold for a working pipeline and fail for a broken one: every model's test
-Recall@20 above the popularity ranking's (fitted on the same train users, scored on the same
-test users) by more than SMOKE_GAP.
-
-Each (split, grid point) validation score and each chosen point's test metrics is cached by its
-config and the solvers' code (`core.cache`): a widened grid fits only its new points, and
-several processes can share the splits out (`measure(..., seeds=...)`).
+Claims (test Recall@20, a paired bootstrap over the ~942 users; margins from the pilot's
+power, `methods/deql/pilot.py`, written here before the full run):
+- DEQL(L2) beats DEQL(plain) by PLAIN_GAP, released grids (the paper's ablation), and the same
+  for the wide grids;
+- DEQL(L2) (released) beats EDLAE and beats EASE (margin 0).
+Every other comparison is exploratory: a table row (`report.table`), never a claim.
 """
 
 import dataclasses
-import functools
-import itertools
-import os
-import time
 
-import numpy as np
-
-from core import cache, results, selection
 from core.claims import IntervalClaim, Report
 from core.errors import ConfigError
-from methods.deql import Hyper, data, evaluate_W, fit_host, metrics
+from core.experiment_runner import Arm, ClaimSpec
+from methods.deql import Hyper
 
-MODELS = ("EASE", "EDLAE", "DEQL(plain)", "DEQL(L2)")
-METRICS = ("test_recall@20", "test_recall@50", "test_ndcg@100")  # results rows' fields
+METRICS = ("recall@20", "recall@50", "ndcg@100")  # per user: rows' "user_<metric>" lists
 VALIDATION = "val/recall@20"
-# "Beats DEQL(plain)": the paper's ablation has DEQL(plain) 0.035 / 0.032 Recall@20 under
-# DEQL(L2) on Games / Beauty (12 % / 23 % relative). 0.01 is 2.5 % of ML-100k's ~0.40; a
-# first 10-split run measured +0.018 +/- 0.0044 (SE) on narrower grids.
-PLAIN_GAP = 0.01
-# "Beats EDLAE / EASE": the paper's direction with no size attached (its gains over EDLAE run
-# from 0.0006 Recall@20 on Netflix to 0.008 on Beauty). A first run measured +0.0005 +/- 0.0022
-# over EDLAE: this claim can fail, and may.
-BASELINE_GAP = 0.0
-CLAIMS = (  # (better, worse, margin, the paper's statement)
-    ("DEQL(L2)", "DEQL(plain)", PLAIN_GAP, "DEQL without L2 (plain) is poor"),
-    ("DEQL(L2)", "EDLAE", BASELINE_GAP, "DEQL(L2) with b > 0 beats EDLAE (b = 0)"),
-    ("DEQL(L2)", "EASE", BASELINE_GAP, "DEQL(L2) beats EASE"),
-)
-# Quick run: "learned" = above the popularity ranking (every user gets the most-consumed items
-# not yet theirs), the best model that learns no item-item relation. Steck (2019) has it at
-# about 40 % of EASE's Recall@20 on ML-20M (0.162 vs 0.391); a fit that lost the co-occurrences
-# (a Gram matrix of shuffled users, W = 0, a sign flip) lands at or below it. 0.05 is an eighth
-# of ML-100k's ~0.40: far below a working model's lead, far above a broken one's.
-POPULARITY = "popularity"
-SMOKE_GAP = 0.05
-# The per-point numbers depend on these files only (not on the grids in this one), so editing
-# a grid keeps every point already fitted.
-SCORE_SOURCES = tuple(f"methods/deql/{f}.py" for f in ("__init__", "data", "solvers", "metrics"))
+POPULARITY = "popularity"  # the quick run's smoke baseline
+
+LAM = (10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0)  # the lam ladder, EDLAE's scale
+# v2's first pass chose lam = 30, the grids' lowest, for EDLAE (folds 1, 3) and the wide
+# DEQL(L2) (folds 1, 2, 3) on validation users (~604 users fitted, v1: 742): both lam axes gained
+# 10 and 3 (two ladder steps at once, so a second pass is not needed if 10 is chosen).
+LOW_LAM = (3.0, *LAM[:5])
+# High to low: without L2 the validation scores of small b tie exactly (b only reweights the
+# loss on kept entries; below b ~ 1/4 the top-20 lists stop changing); a tie goes to the first.
+B = (8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 1 / 8, 1 / 16, 1 / 32, 1 / 64)
+P = (0.02, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98)
+# The official configs, read at commit 7d4a990 (tests/methods/test_deql_folds.py holds the lists).
+RELEASED_PLAIN = {
+    "b": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+    "p": (0.1, 0.25, 0.33, 0.5, 0.8, 0.9),
+}
+RELEASED_L2 = {
+    "b": (0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0),
+    "p": (0.1, 0.25, 0.5, 0.75),
+    "lam": (10.0, 70.0, 100.0, 300.0, 500.0),  # L2const, added to H0's diagonal as is
+}
+RELEASED = "the released grid, kept as published"
+
+
+def _released(grid: dict) -> dict:
+    return {(axis, side): RELEASED for axis in grid for side in ("low", "high")}
+
+
+def _arm(name, grid, model, open_edges=None, **settings) -> Arm:
+    return Arm(name, grid, open_edges or {}, {"model": model, **settings})
+
+
+ARMS = (
+    _arm("EASE", {"lam": LAM}, "ease"),
+    _arm("EDLAE", {"p": P[:7], "lam": LOW_LAM}, "edlae"),
+    _arm("DEQL(plain) released", RELEASED_PLAIN, "deql", _released(RELEASED_PLAIN)),
+    _arm("DEQL(L2) released", RELEASED_L2, "deql", _released(RELEASED_L2), lam_scale="deql",
+         zero_diag=True),
+    _arm("DEQL(plain) wide", {"b": B, "p": P[4:]}, "deql"),
+    _arm("DEQL(L2) wide", {"b": B[:6], "p": P[1:7], "lam": LOW_LAM}, "deql",
+         {("b", "low"): "b -> 0 is EDLAE itself (W_ii -> 0 and the rest solves EDLAE's system "
+          "with lam on its scale), the model DEQL(L2) is compared with; a lower b moves toward "
+          "it"}, lam_scale="edlae"),
+)  # fmt: skip
+MODELS = tuple(a.name for a in ARMS)
 
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    seeds: tuple[int, ...]
-    n_val: int
-    n_test: int
-    grids: dict  # model -> {axis: values}, axes in grid order
-    require_interior: bool  # refuse a choice on a grid edge (full run); quick grids are 2 wide
-    # Edges a choice may sit on without stopping the run, (model, axis, "low" | "high") ->
-    # why that grid was not widened; every use is listed in the results and the README.
-    open_edges: dict = dataclasses.field(default_factory=dict)
+    quick: bool
+    folds: int  # K of the K-fold cross-validation over users
+    run_folds: tuple[int, ...]  # the folds this setting scores (quick: some of them)
+    n_val: int  # validation users per fold, drawn from its non-test users
+    seed: int  # the user permutation's and the fold-in draws' seed
+    arms: tuple[Arm, ...]
+    popularity: bool  # also score the popularity ranking (the quick run's smoke baseline)
 
 
-LAM = (10.0, 30.0, 100.0, 300.0, 1000.0, 3000.0)  # the lam ladder, EDLAE's scale
-# The b ladder runs high to low: exact ties go to the first point in grid order, and without
-# L2 the validation scores of small b are exactly equal (b only reweights the loss on kept
-# entries; below b ~ 1/4 the top-20 lists stop changing), so a tie goes to the largest b.
-B = (8.0, 4.0, 2.0, 1.0, 0.5, 0.25, 1 / 8, 1 / 16, 1 / 32, 1 / 64)
-P = (0.02, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.98)  # the p ladder
+# 150 validation users: v1 chose on 100 and its choices moved between neighbouring ladder steps
+# from split to split; 150 keeps ~604 users fitted (v1: 742) with 188 tested per fold.
+N_VAL = 150
 FULL = Setting(
-    seeds=tuple(range(10)),
-    n_val=100,
-    n_test=100,
-    # Spans from a first 10-split run (each model's choices, one ladder step beyond on either
-    # side): EASE lam 30-500, EDLAE p 0.1-0.67 and lam 100-300, DEQL(plain) b 0.1-2 and
-    # p 0.75-0.9, DEQL(L2) b 0.25-2, p 0.1-0.75 and lam 50-380 on EDLAE's scale. Widened
-    # while this run scored its validation grids: split 3 chose EDLAE p = 0.05 and DEQL(plain)
-    # b = 1/16, the grids' lowest values, so EDLAE's p gained 0.02 and DEQL(plain)'s b 1/32
-    # and 1/64 (whose scores then tied exactly: hence the b ladder's order). Then DEQL(L2)
-    # chose b = 4 (splits 7, 9) and p = 0.75 (split 9), the top of its grid: b 8 and p 0.9
-    # were added and the run repeated (the cache refits only the new points).
-    grids={
-        "EASE": {"lam": LAM},
-        "EDLAE": {"p": P[:7], "lam": LAM[1:5]},
-        "DEQL(plain)": {"b": B, "p": P[4:]},
-        "DEQL(L2)": {"b": B[:6], "p": P[1:7], "lam": LAM[1:5]},
-    },
-    require_interior=True,
-    open_edges={
-        ("DEQL(L2)", "b", "low"): (
-            "b -> 0 is EDLAE itself (W_ii -> 0 and the rest solves EDLAE's system with lam on "
-            "its scale), the model DEQL(L2) is compared with; a lower b moves toward it"
-        ),
-    },
+    quick=False,
+    folds=5,
+    run_folds=tuple(range(5)),
+    n_val=N_VAL,
+    seed=0,
+    arms=ARMS,
+    popularity=False,
 )
-# Three splits (an interval needs three) and two points per model, lam shared by the three
-# models that have it.
+# Two folds of the same partition and two points per arm: a pipeline check, not a reproduction.
+QUICK_GRIDS = {
+    "EASE": {"lam": (100.0, 300.0)},
+    "EDLAE": {"p": (0.25,), "lam": (100.0, 300.0)},
+    "DEQL(plain) released": {"b": (0.5, 0.9), "p": (0.9,)},
+    "DEQL(L2) released": {"b": (1.0,), "p": (0.25,), "lam": (70.0, 300.0)},
+    "DEQL(plain) wide": {"b": (1.0, 0.5), "p": (0.9,)},
+    "DEQL(L2) wide": {"b": (1.0,), "p": (0.25,), "lam": (100.0, 300.0)},
+}
 QUICK = Setting(
-    seeds=(0, 1, 2),
-    n_val=100,
-    n_test=100,
-    grids={
-        "EASE": {"lam": (100.0, 300.0)},
-        "EDLAE": {"p": (0.25,), "lam": (100.0, 300.0)},
-        "DEQL(plain)": {"b": (1.0, 0.5), "p": (0.9,)},
-        "DEQL(L2)": {"b": (1.0,), "p": (0.25,), "lam": (100.0, 300.0)},
-    },
-    require_interior=False,
+    quick=True,
+    folds=5,
+    run_folds=(0, 1),
+    n_val=N_VAL,
+    seed=0,
+    arms=tuple(dataclasses.replace(a, grid=QUICK_GRIDS[a.name], open_edges={}) for a in ARMS),
+    popularity=True,
 )
 
-
-def hyper(model: str, point: dict) -> Hyper:
-    """The solver's hyperparameters for a grid point of `model` (lam from EDLAE's scale)."""
-    if model == "EASE":
-        return Hyper("ease", p=0.0, lam=point["lam"])
-    if model == "EDLAE":
-        return Hyper("edlae", p=point["p"], lam=point["lam"])
-    b, p = point["b"], point["p"]
-    if model == "DEQL(plain)":
-        return Hyper("deql", b=b, p=p, lam=0.0)
-    if model == "DEQL(L2)":
-        c = p + (1 - p) * b**2  # E[A^2] with a = 1
-        return Hyper("deql", b=b, p=p, lam=point["lam"] * c * (1 - p) ** 2)
-    raise ConfigError(f"model={model!r}; expected one of: {', '.join(MODELS)}")
-
-
-def points(grid: dict) -> list[tuple]:
-    return list(itertools.product(*grid.values()))  # the order `selection.select` uses
-
-
-def _scored(compute, key: dict, cache_root: str | None, code: str):
-    if cache_root is None:
-        return compute()
-    return cache.cached(compute, config=key, code=code, root=cache_root)
+# The margin of "DEQL(L2) beats DEQL(plain)", from the pilot's power (methods/deql/pilot.py,
+# results/pilot.json: fold 0's non-test users only). v1 measured +0.018 Recall@20; the pilot's
+# per-user SD of the paired difference, 0.124 (released grids) and 0.109 (wide), gives SE
+# 0.0040 and 0.0035 over 942 users, so +0.018 clears 0.004 by 3.5 and 4.0 SEs: power 0.94 and
+# 0.98 (one-sided 2.5 %). v1's 0.01 sat at about half the effect with SE 0.0045: the margin
+# failed, not the method (issue 47).
+PLAIN_GAP = 0.004
+BASELINE_GAP = 0.0  # "beats EDLAE / EASE": the paper's direction, no size attached
+METRIC = "recall@20"
+CLAIMS = (
+    ClaimSpec("beats", "DEQL without L2 is poor (released grids, the paper's ablation)", METRIC,
+              "DEQL(L2) released", PLAIN_GAP, "DEQL(plain) released"),
+    ClaimSpec("beats", "DEQL without L2 is poor (wide grids)", METRIC, "DEQL(L2) wide",
+              PLAIN_GAP, "DEQL(plain) wide"),
+    ClaimSpec("beats", "DEQL(L2) with b > 0 beats EDLAE (b = 0)", METRIC, "DEQL(L2) released",
+              BASELINE_GAP, "EDLAE"),
+    ClaimSpec("beats", "DEQL(L2) beats EASE", METRIC, "DEQL(L2) released", BASELINE_GAP, "EASE"),
+)  # fmt: skip
+# Quick run: every arm above the popularity ranking by > SMOKE_GAP. Popularity is the best a fit
+# without item-item relations reaches (Steck 2019: ~40 % of EASE's Recall@20 on ML-20M); W = 0,
+# -W and shuffled users land at or below it. 0.05 is an eighth of ML-100k's ~0.40.
+SMOKE_GAP = 0.05
 
 
-def run_split(
-    s: Setting, X, seed: int, cache_root: str | None = None, code: str = "", popularity=False
-) -> dict:
-    """One split: per model, the validation-chosen point, its edges and its test metrics; with
-    `popularity` (the quick run), a row of the popularity ranking's test metrics too."""
-    split = data.strong_split(X, n_val=s.n_val, n_test=s.n_test, seed=seed)
-    train_UI = split.train.toarray().astype(np.float64)
-    K_II = train_UI.T @ train_UI
-    where = {"split": seed, "n_val": s.n_val, "n_test": s.n_test, "items": int(K_II.shape[0])}
-
-    fresh = {}  # the best point fitted here (not read from the cache), with its W
-
-    def validation(point: tuple, hp: Hyper) -> dict:
-        start = time.perf_counter()
-        W_II = fit_host(K_II, hp)
-        val = metrics.evaluate(W_II, split.val_in, split.val_out, k=20)["recall"]
-        if val > fresh.get("val", -np.inf):  # strict: ties keep the first, as `select` does
-            fresh.update(point=point, W=W_II, val=val)
-        return {"val": val, "seconds": time.perf_counter() - start}
-
-    def test(point: tuple, hp: Hyper) -> dict:
-        # The chosen W if this call fitted it, else one more fit (its score came from the cache).
-        W_II = fresh["W"] if fresh.get("point") == point else fit_host(K_II, hp)
-        return evaluate_W(W_II, split.test_in, split.test_out)
-
-    rows = []
-    for model, grid in s.grids.items():
-        scored = {}
-        fresh.clear()
-        for point in points(grid):
-            hp = hyper(model, dict(zip(grid, point, strict=True)))
-            key = {**where, "hyper": hp._asdict(), "score": VALIDATION}
-            scored[point] = _scored(functools.partial(validation, point, hp), key, cache_root, code)
-        scores = selection.ValidationScores(
-            VALIDATION, {pt: {seed: v["val"]} for pt, v in scored.items()}
-        )
-        chosen = selection.select(grid, scores, rule="max")
-        point = tuple(chosen.point.values())
-        hp = hyper(model, chosen.point)
-        key = {**where, "hyper": hp._asdict(), "score": "chosen point, held-out users"}
-        tested = _scored(functools.partial(test, point, hp), key, cache_root, code)
-        rows.append(
-            {
-                "split": seed,
-                "model": model,
-                **{f"chosen_{axis}": value for axis, value in chosen.point.items()},
-                "solver_lam": hp.lam,
-                "val_recall@20": chosen.mean,
-                **{f"test_{k}": v for k, v in tested.items()},
-                "edges": {a: e for a, e in chosen.edges.items() if e},
-                "grid_size": len(scored),
-                "fit_seconds": sum(v["seconds"] for v in scored.values()),
-            }
-        )
-    if popularity:  # W_ij = item j's train count: every user's scores rank items by it
-        counts_I = train_UI.sum(0)
-        W_II = np.tile(counts_I, (len(counts_I), 1))
-        tested = evaluate_W(W_II, split.test_in, split.test_out)
-        metrics_ = {f"test_{k}": v for k, v in tested.items()}
-        rows.append({"split": seed, "model": POPULARITY, **metrics_, "edges": {}})
-    info = {"split": seed, "items": where["items"], "train_users": int(train_UI.shape[0])}
-    info["dropped_interactions"] = split.dropped  # held-out users' items no train user has
-    return {"rows": rows, "info": info}
+def hyper(arm: Arm, point: dict) -> Hyper:
+    """The solver's hyperparameters for a grid point of `arm` (its lam on the arm's scale)."""
+    model, p, lam = arm.settings["model"], point.get("p", 0.0), point.get("lam", 0.0)
+    if model in ("ease", "edlae"):
+        return Hyper(model, p=p if model == "edlae" else 0.0, lam=lam)
+    if model != "deql":
+        raise ConfigError(f"arm {arm.name!r}: model={model!r}; expected ease, edlae or deql")
+    b = point["b"]
+    if arm.settings.get("lam_scale") == "edlae":  # DEQL's H0 / (c (1-p)^2) is EDLAE's matrix
+        lam *= (p + (1 - p) * b**2) * (1 - p) ** 2
+    return Hyper("deql", b=b, p=p, lam=lam, zero_diag=arm.settings.get("zero_diag", False))
 
 
-def unfinished(rows: list[dict], open_edges=()) -> list[str]:
-    """'model split s: axis=value (low|high)' for every choice on its grid's edge, except the
-    (model, axis, side) in `open_edges`."""
-    return [
-        f"{r['model']} split {r['split']}: {a}={r[f'chosen_{a}']:g} ({e})"
-        for r in rows
-        for a, e in r["edges"].items()
-        if (r["model"], a, e) not in open_edges
-    ]
-
-
-def measure(workdir: str, *, quick: bool = False, seeds=None) -> dict:
-    """Every split (or `seeds`, e.g. one worker's share) as a results record; in the full run a
-    ConfigError naming every edge choice once all splits are scored."""
-    s = QUICK if quick else FULL
-    seeds = s.seeds if seeds is None else tuple(seeds)
-    code = results.source_hash(SCORE_SOURCES)
-    X = data.load_ml100k().matrix
-    start = time.perf_counter()
-    root = os.path.join(workdir, "cache")
-    splits = [run_split(s, X, seed, root, code, popularity=quick) for seed in seeds]
-    rows = [r for sp in splits for r in sp["rows"]]
-    edges = unfinished(rows)
-    if s.require_interior and unfinished(rows, s.open_edges):
-        raise ConfigError(
-            f"grid not finished, widen it: {'; '.join(unfinished(rows, s.open_edges))}"
-        )
-    return results.record(
-        "deql",
-        "quick" if quick else "full",
-        config={"quick": quick, "seeds": list(seeds), **_jsonable(s)},
-        rows=rows,
-        splits=[sp["info"] for sp in splits],
-        dataset={"users": int(X.shape[0]), "items": int(X.shape[1]), "nnz": int(X.nnz)},
-        edges=edges,
-        seconds=time.perf_counter() - start,
-    )
-
-
-def _jsonable(s: Setting) -> dict:
-    out = dataclasses.asdict(s)
-    out["grids"] = {m: {a: list(v) for a, v in g.items()} for m, g in s.grids.items()}
-    out["open_edges"] = [[*edge, why] for edge, why in s.open_edges.items()]
+def by_user(record: dict, model: str, metric: str = METRIC) -> dict:
+    """{user id: the metric at the arm's chosen point} over every fold's test users."""
+    out = {}
+    for row in (r for r in record["rows"] if r["model"] == model):
+        for user, value in zip(row["users"], row[f"user_{metric}"], strict=True):
+            if user in out:
+                raise ConfigError(f"{model}: user {user} is tested in two folds")
+            out[user] = value
+    if not out:
+        raise ConfigError(f"{record.get('run')}: no rows for arm {model!r}")
     return out
 
 
-def by_split(record: dict, model: str, metric: str) -> dict:
-    return results.by_seed(record["rows"], metric, key="split", model=model)
-
-
 def claims_from_results(record: dict) -> list[IntervalClaim]:
+    """The claims of a record: v1's per-split claims (`report.claims_v1`) for a v1 record, the
+    smoke checks for a quick one, else CLAIMS; a full record with an unfinished grid edge is
+    refused first."""
+    from methods.deql import report
+
+    if "arms" not in record["config"]:
+        return report.claims_v1(record)
     if record["config"]["quick"]:
         return smoke_checks(record)
+    report.require_finished(record)
     return [
         IntervalClaim.beats(
-            f"{text}: {better} - {worse} > {margin:g} (test Recall@20, paired by split)",
-            f"recall@20: {better} - {worse}",
-            by_split(record, better, "test_recall@20"),
-            by_split(record, worse, "test_recall@20"),
-            margin,
+            f"{c.text}: {c.arm} - {c.baseline} > {c.margin:g} (test {c.metric}, paired by user)",
+            f"{c.metric}: {c.arm} - {c.baseline}",
+            by_user(record, c.arm, c.metric),
+            by_user(record, c.baseline, c.metric),
+            c.margin,
         )
-        for better, worse, margin, text in CLAIMS
+        for c in CLAIMS
     ]
 
 
 def smoke_checks(record: dict) -> list[IntervalClaim]:
-    """The quick run's checks: every model learned (above the popularity ranking)."""
+    """The quick run's checks: every arm learned (above the popularity ranking)."""
     return [
         IntervalClaim.beats(
             f"smoke: {model} learned: test Recall@20 above the popularity ranking's by > "
-            f"{SMOKE_GAP:g} (paired by split)",
+            f"{SMOKE_GAP:g} (paired by user)",
             f"recall@20: {model} - {POPULARITY}",
-            by_split(record, model, "test_recall@20"),
-            by_split(record, POPULARITY, "test_recall@20"),
+            by_user(record, model),
+            by_user(record, POPULARITY),
             SMOKE_GAP,
         )
-        for model in MODELS
+        for model in record["config"]["arms"]
     ]
-
-
-def table(record: dict) -> str:
-    """The README's tables: every model's test metrics and the paired differences, each as a
-    mean with its 95 % bootstrap interval over splits, and the choices per split."""
-    from core import stats
-
-    n = len(record["splits"])
-    fmt = lambda iv: f"{iv.mean:.4f} [{iv.low:.4f}, {iv.high:.4f}]"
-    lines = [
-        f"Test metrics over {n} user splits, mean [95 % bootstrap interval]:",
-        "",
-        "| model | Recall@20 | Recall@50 | NDCG@100 | grid points |",
-        "|---|---|---|---|---|",
-    ]
-    for m in MODELS:
-        cells = [fmt(stats.interval(by_split(record, m, k), what=m)) for k in METRICS]
-        size = by_split(record, m, "grid_size")
-        lines.append(f"| {m} | {' | '.join(cells)} | {next(iter(size.values()))} |")
-    lines += ["", "Paired differences (same users), mean [95 % bootstrap interval]:", ""]
-    lines += ["| difference | Recall@20 | Recall@50 | NDCG@100 |", "|---|---|---|---|"]
-    pairs = [(a, b) for a, b, _, _ in CLAIMS] + [("EDLAE", "EASE")]
-    for a, b in pairs:
-        cells = [
-            fmt(stats.paired_interval(by_split(record, a, k), by_split(record, b, k)))
-            for k in METRICS
-        ]
-        lines.append(f"| {a} - {b} | {' | '.join(cells)} |")
-    lines += ["", "Validation-chosen points per split (lam on EDLAE's scale):", ""]
-    lines += ["| model | " + " | ".join(str(sp["split"]) for sp in record["splits"]) + " |"]
-    lines += ["|---|" + "---|" * n]
-    for m in MODELS:
-        axes = record["config"]["grids"][m]
-        rows = sorted((r for r in record["rows"] if r["model"] == m), key=lambda r: r["split"])
-        cells = [", ".join(f"{a}={r[f'chosen_{a}']:g}" for a in axes) for r in rows]
-        lines.append(f"| {m} | {' | '.join(cells)} |")
-    if record["edges"]:
-        lines += ["", f"Choices on a grid edge: {'; '.join(record['edges'])}."]
-        for model, axis, side, why in record["config"]["open_edges"]:
-            lines += [f"Open edge {model} {axis} ({side}): {why}."]
-    return "\n".join(lines)
-
-
-def plot(record: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    seeds = [sp["split"] for sp in record["splits"]]
-    x = np.arange(len(seeds))
-    for i, m in enumerate(MODELS):
-        y = by_split(record, m, "test_recall@20")
-        ax.plot(x + (i - 1.5) * 0.06, [y[s] for s in seeds], "o-", label=m, alpha=0.85)
-    ax.set_xticks(x, [f"split {s}" for s in seeds])
-    ax.set_ylabel("test Recall@20 (validation-chosen)")
-    ax.set_title("ML-100k, strong generalisation, 100 test users per split")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
+    from methods.deql import crossval, report
+
     return Report.from_record(
-        measure(workdir, quick=quick),
+        crossval.measure(workdir, QUICK if quick else FULL),
         claims_from_results=claims_from_results,
-        table=table,
-        plots={"deql_recall_per_split.png": plot},
+        table=report.table,
+        plots={"deql_recall_per_fold.png": report.plot},
         workdir=workdir,
         quick=quick,
     )
 
 
 if __name__ == "__main__":  # the README's tables from the committed results
-    print(table(results.load("deql", "full")))
+    from core import results
+    from methods.deql import report
+
+    print(report.table(results.load("deql", "full")))

@@ -1,13 +1,14 @@
 """Top-k ranking metrics for item-item recommenders: Recall@k and NDCG@k.
 
     m = evaluate(W_II, fold_in_UI, held_out_UI, k=20)    # {"recall": float, "ndcg": float}
+    u = per_user(W_II, fold_in_UI, held_out_UI, k=20)    # {"recall": [U], "ndcg": [U]}, nan
     per_user = topk_metrics(scores_BI, fold_in_BI, held_out_BI, k=20)
 
 Protocol (Liang et al. 2018, as in the DEQL paper): scores are fold_in @ W; the fold-in items
 are set to -inf before top-k (recommending what the user already has is no hit); Recall@k =
 hits / min(k, #held-out), so a user with fewer than k held-out items can reach 1; NDCG@k
 divides by the ideal DCG of min(k, #held-out) hits. Users without held-out items are left out
-of the means (their metrics are undefined, not zero).
+of the means (their metrics are undefined, not zero; `per_user` gives them nan).
 """
 
 import functools
@@ -37,9 +38,10 @@ def topk_metrics(scores_BI, fold_in_BI, held_out_BI, k: int) -> dict:
     }
 
 
-def evaluate(W_II, fold_in_UI, held_out_UI, k: int, batch_size: int = 1024) -> dict:
-    """Mean Recall@k and NDCG@k over the users with held-out items, in batches of users (the
-    scores of all users at once would be users x items floats). Inputs: dense or scipy sparse."""
+def per_user(W_II, fold_in_UI, held_out_UI, k: int, batch_size: int = 1024) -> dict:
+    """Per-user {"recall": [U], "ndcg": [U]} float64 (nan for users without held-out items), in
+    batches of users (the scores of all users at once would be users x items floats). Inputs:
+    dense or scipy sparse."""
     n_users, n_items = fold_in_UI.shape
     if held_out_UI.shape != fold_in_UI.shape or np.shape(W_II) != (n_items, n_items):
         raise ConfigError(
@@ -50,15 +52,20 @@ def evaluate(W_II, fold_in_UI, held_out_UI, k: int, batch_size: int = 1024) -> d
         raise ConfigError(f"k={k}: must be in [1, {n_items}] (the number of items)")
     W_II = jnp.asarray(W_II, jnp.float32)  # ranking only; float32 scores suffice
     dense = lambda M: np.asarray(M.toarray() if sp.issparse(M) else M, np.float32)
-    sums, n_valid = {"recall": 0.0, "ndcg": 0.0}, 0
+    out = {"recall": np.full(n_users, np.nan), "ndcg": np.full(n_users, np.nan)}
     for lo in range(0, n_users, batch_size):
         x_BI = dense(fold_in_UI[lo : lo + batch_size])
         y_BI = dense(held_out_UI[lo : lo + batch_size])
         m = topk_metrics(jnp.asarray(x_BI) @ W_II, x_BI, y_BI, k)
         valid_B = np.asarray((y_BI > 0).any(axis=1))
-        n_valid += int(valid_B.sum())
-        for name in sums:
-            sums[name] += float(np.asarray(m[name])[valid_B].sum())
-    if n_valid == 0:
+        for name, values in out.items():
+            values[lo : lo + len(x_BI)] = np.where(valid_B, np.asarray(m[name], np.float64), np.nan)
+    return out
+
+
+def evaluate(W_II, fold_in_UI, held_out_UI, k: int, batch_size: int = 1024) -> dict:
+    """Mean Recall@k and NDCG@k over the users with held-out items (`per_user`'s non-nan)."""
+    users = per_user(W_II, fold_in_UI, held_out_UI, k, batch_size)
+    if np.all(np.isnan(users["recall"])):
         raise ConfigError("no user has held-out items: the metrics are undefined")
-    return {name: total / n_valid for name, total in sums.items()}
+    return {name: float(np.nanmean(values)) for name, values in users.items()}

@@ -1,5 +1,6 @@
 """DEQL through core.train (one closed-form fit per step, Gram matrix over the mesh) and its
-experiment: selection on validation only, and the quick run's robust claim."""
+experiment's fold runner: selection on validation only, the per-point cache, the per-user test
+rows, the quick run's smoke checks (the claims, folds and v1: test_deql_folds.py)."""
 
 import dataclasses
 import os
@@ -14,7 +15,7 @@ from core import train
 from core.errors import ConfigError
 from core.state import TrainState
 from methods import deql
-from methods.deql import data, experiment, solvers
+from methods.deql import crossval, data, experiment, solvers
 
 
 def test_train_step_on_8_devices_equals_the_direct_solve(tmp_path):
@@ -67,30 +68,29 @@ def test_config_errors_are_one_line():
         method.dataset("train", shard=(0, 1), seed=0)
 
 
-SMALL = dataclasses.replace(
-    experiment.QUICK,
-    n_val=15,
-    n_test=15,
-    grids={
-        "EASE": {"lam": (1.0, 10.0, 100.0)},
-        "EDLAE": {"p": (0.25,), "lam": (1.0, 10.0)},
-        "DEQL(plain)": {"b": (0.5, 1.0), "p": (0.5,)},
-        "DEQL(L2)": {"b": (0.25, 1.0, 2.0), "p": (0.5,), "lam": (1.0, 10.0)},
-    },
-)
+ARMS = {a.name: a for a in experiment.ARMS}
+SMALL_GRIDS = {
+    "EASE": {"lam": (1.0, 10.0, 100.0)},
+    "EDLAE": {"p": (0.25,), "lam": (1.0, 10.0)},
+    "DEQL(plain) released": {"b": (0.5, 0.9), "p": (0.5,)},
+    "DEQL(L2) released": {"b": (0.5, 1.0), "p": (0.5,), "lam": (1.0, 10.0)},
+    "DEQL(plain) wide": {"b": (0.5, 1.0), "p": (0.5,)},
+    "DEQL(L2) wide": {"b": (0.25, 1.0, 2.0), "p": (0.5,), "lam": (1.0, 10.0)},
+}
+SMALL_ARMS = tuple(dataclasses.replace(ARMS[m], grid=g) for m, g in SMALL_GRIDS.items())
+WHERE = {"fold": 0, "folds": 5, "n_val": 15, "seed": 0, "split": "users"}
 
 
-def test_hyperparameters_are_chosen_on_validation_never_on_test(monkeypatch):
+def small_split(X):
+    return data.fold_split(X, fold=0, folds=5, n_val=15, seed=0)
+
+
+def test_hyperparameters_are_chosen_on_validation_never_on_test():
     X = deql.synthetic_interactions(120, 50, seed=1)
-    before = experiment.run_split(SMALL, X, seed=0)["rows"]
-    real_split = data.strong_split
-
-    def scrambled(*args, **kwargs):  # the test users' held-out items replaced by others
-        s = real_split(*args, **kwargs)
-        return s._replace(test_out=s.test_in)
-
-    monkeypatch.setattr(experiment.data, "strong_split", scrambled)
-    after = experiment.run_split(SMALL, X, seed=0)["rows"]
+    split = small_split(X)
+    before = crossval.score_split(SMALL_ARMS, split, WHERE)
+    scrambled = split._replace(test_out=split.test_in)  # the test users' held-out items replaced
+    after = crossval.score_split(SMALL_ARMS, scrambled, WHERE)
     assert [r["model"] for r in after] == list(experiment.MODELS)
     for a, b in zip(after, before, strict=True):
         chosen = {k: v for k, v in a.items() if k.startswith("chosen_")}
@@ -99,39 +99,87 @@ def test_hyperparameters_are_chosen_on_validation_never_on_test(monkeypatch):
         assert a["test_recall@20"] != b["test_recall@20"]  # the scrambling reached the test
 
 
-def test_cached_scores_are_read_back_and_keyed_by_the_solvers_code(tmp_path, monkeypatch):
-    """A rerun (e.g. after a grid is widened) fits nothing already scored under the same
-    solvers; other solver code refits."""
+def test_test_rows_hold_every_test_users_metrics_keyed_by_user_id():
     X = deql.synthetic_interactions(120, 50, seed=1)
-    root = str(tmp_path / "cache")
-    first = experiment.run_split(SMALL, X, seed=0, cache_root=root, code="solvers-v1")["rows"]
+    split = small_split(X)
+    rows = crossval.score_split(SMALL_ARMS, split, WHERE, popularity=True)
+    assert [r["model"] for r in rows] == [*experiment.MODELS, experiment.POPULARITY]
+    for row in rows:
+        assert row["users"] == split.test_users.tolist()  # every test user has held-out items
+        for m in experiment.METRICS:
+            assert len(row[f"user_{m}"]) == len(row["users"])
+            assert row[f"test_{m}"] == pytest.approx(np.mean(row[f"user_{m}"]), abs=1e-12)
+    W_II = deql.fit_host(*_gram_and_hyper(split, rows[-2]))
+    want = deql.evaluate_W(W_II, split.test_in, split.test_out)
+    assert rows[-2]["test_recall@20"] == pytest.approx(want["recall@20"], abs=1e-9)
+
+
+def _gram_and_hyper(split, row):
+    X_UI = split.train.toarray().astype(np.float64)
+    arm = ARMS[row["model"]]
+    point = {a: row[f"chosen_{a}"] for a in SMALL_GRIDS[row["model"]]}
+    return X_UI.T @ X_UI, experiment.hyper(arm, point)
+
+
+def test_cached_scores_are_read_back_and_keyed_by_the_solvers_code(tmp_path, monkeypatch):
+    """A rerun (e.g. after a grid is widened, or an interrupted run) fits nothing already
+    scored under the same solvers; other solver code refits."""
+    X = deql.synthetic_interactions(120, 50, seed=1)
+    split, root = small_split(X), str(tmp_path / "cache")
+    first = crossval.score_split(SMALL_ARMS, split, WHERE, root, code="solvers-v1")
 
     def refuse(*args):
         raise AssertionError("refitted a cached point")
 
-    monkeypatch.setattr(experiment, "fit_host", refuse)
-    again = experiment.run_split(SMALL, X, seed=0, cache_root=root, code="solvers-v1")["rows"]
+    monkeypatch.setattr(crossval, "fit_host", refuse)
+    again = crossval.score_split(SMALL_ARMS, split, WHERE, root, code="solvers-v1")
     assert [{k: v for k, v in r.items() if k != "fit_seconds"} for r in again] == [
         {k: v for k, v in r.items() if k != "fit_seconds"} for r in first
     ]
     with pytest.raises(AssertionError, match="refitted"):
-        experiment.run_split(SMALL, X, seed=0, cache_root=root, code="solvers-v2")
+        crossval.score_split(SMALL_ARMS, split, WHERE, root, code="solvers-v2")
+
+
+def test_workers_share_the_validation_points_out(tmp_path, monkeypatch):
+    """Two workers' shares cover every validation point once; `measure` then fits only the
+    chosen points' test scores."""
+    X = deql.synthetic_interactions(120, 50, seed=1)
+    split, root = small_split(X), str(tmp_path / "cache")
+    for worker in (0, 1):
+        assert crossval.score_split(SMALL_ARMS, split, WHERE, root, share=(worker, 2)) == []
+    fits = {  # distinct solver settings: two arms' equal points share one cache entry
+        experiment.hyper(a, dict(zip(a.grid, pt, strict=True)))
+        for a in SMALL_ARMS
+        for pt in crossval.points(a.grid)
+    }
+    assert len(os.listdir(root)) == len(fits) == 18
+    fits = []
+    real_fit = crossval.fit_host
+    monkeypatch.setattr(crossval, "fit_host", lambda *a: fits.append(1) or real_fit(*a))
+    rows = crossval.score_split(SMALL_ARMS, split, WHERE, root)
+    chosen = {_gram_and_hyper(split, row)[1] for row in rows}
+    assert len(fits) == len(chosen)  # one test fit per chosen setting, no validation fit
 
 
 @pytest.mark.parametrize("b, p", [(0.25, 0.05), (1.0, 0.5), (4.0, 0.75)])
-def test_deql_l2_lam_is_on_edlae_scale(b, p):
-    """H0 / alpha0 must be EDLAE's K + p/(1-p) diag(K) + lam I for the grid's lam."""
-    hp = experiment.hyper("DEQL(L2)", {"b": b, "p": p, "lam": 300.0})
+def test_wide_deql_l2_lam_is_on_edlae_scale_and_the_released_one_on_deqls(b, p):
+    """H0 / alpha0 must be EDLAE's K + p/(1-p) diag(K) + lam I for the wide grid's lam; the
+    released grid's L2const is added to H0's diagonal as is (the official models/model.py)."""
+    hp = experiment.hyper(ARMS["DEQL(L2) wide"], {"b": b, "p": p, "lam": 300.0})
     co = solvers._coefficients(hp.a, hp.b, hp.p)
     assert hp.lam / co["alpha0"] == pytest.approx(300.0, rel=1e-12)  # float rounding only
     assert co["d0"] / co["alpha0"] == pytest.approx(p / (1 - p), rel=1e-12)
+    assert not hp.zero_diag
+    released = experiment.hyper(ARMS["DEQL(L2) released"], {"b": b, "p": p, "lam": 70.0})
+    assert (released.lam, released.zero_diag) == (70.0, True)
+    plain = experiment.hyper(ARMS["DEQL(plain) released"], {"b": b, "p": p})
+    assert (plain.lam, plain.zero_diag) == (0.0, False)
 
 
 def test_popularity_row_ranks_every_user_by_the_train_counts():
     X = deql.synthetic_interactions(120, 50, seed=1)
-    rows = experiment.run_split(SMALL, X, seed=0, popularity=True)["rows"]
-    assert [r["model"] for r in rows] == [*experiment.MODELS, experiment.POPULARITY]
-    split = data.strong_split(X, n_val=SMALL.n_val, n_test=SMALL.n_test, seed=0)
+    split = small_split(X)
+    rows = crossval.score_split(SMALL_ARMS, split, WHERE, popularity=True)
     counts_I = np.asarray(split.train.sum(0)).ravel()
     fold_in, held_out = split.test_in.toarray() > 0, split.test_out.toarray() > 0
     recalls = []
@@ -139,22 +187,23 @@ def test_popularity_row_ranks_every_user_by_the_train_counts():
         if out_I.any():  # top 20 unseen items by count, ties to the lower index (as top_k)
             order = [i for i in np.argsort(-counts_I, kind="stable") if not seen_I[i]]
             recalls.append(out_I[order[:20]].sum() / min(20, out_I.sum()))
-    # float32 ranking of integer scores: exact; the mean differs by float rounding only
-    assert rows[-1]["test_recall@20"] == pytest.approx(np.mean(recalls), abs=1e-6)
+    # float32 ranking of integer scores: exact; per user equal up to float32 rounding
+    np.testing.assert_allclose(rows[-1]["user_recall@20"], recalls, atol=1e-6)
 
 
 def smoke_record(lead: float) -> dict:
-    """Three splits: popularity at 0.20 (+ a split jitter), every model `lead` above it."""
-    rows = [
-        {
-            "split": seed,
-            "model": m,
-            "test_recall@20": 0.2 + 0.01 * seed + (m in experiment.MODELS) * lead,
-        }
-        for m in (*experiment.MODELS, experiment.POPULARITY)
-        for seed in range(3)
-    ]
-    return {"config": {"quick": True}, "rows": rows}
+    """Two folds of 20 users: popularity at 0.2 + a per-user jitter, every arm `lead` above."""
+    rng = np.random.default_rng(0)
+    base = {u: 0.2 + 0.1 * rng.random() for u in range(40)}
+    rows = []
+    for m in (*experiment.MODELS, experiment.POPULARITY):
+        for fold in (0, 1):
+            users = list(range(20 * fold, 20 * fold + 20))
+            lift = lead if m in experiment.MODELS else 0.0
+            values = [base[u] + lift for u in users]
+            rows.append({"fold": fold, "model": m, "users": users, "user_recall@20": values})
+    arms = {m: {} for m in experiment.MODELS}
+    return {"run": "quick", "config": {"quick": True, "arms": arms}, "rows": rows}
 
 
 @pytest.mark.parametrize(("lead", "holds"), [(0.2, True), (0.0, False), (-0.15, False)])
@@ -164,16 +213,15 @@ def test_quick_smoke_checks_need_every_model_well_above_popularity(lead, holds):
     assert [c.text.split(" learned")[0] for c in checks] == [
         f"smoke: {m}" for m in experiment.MODELS
     ]
-    assert [c.holds for c in checks] == [holds] * 4
+    assert [c.holds for c in checks] == [holds] * len(experiment.MODELS)
+    assert {c.n for c in checks} == {40}  # paired over users, not folds
 
 
 def test_quick_experiment_on_movielens_100k(tmp_path):
-    """Quick run (3 splits, 100 val + 100 test users, 2 grid points per model; ~20 s idle),
-    measured 2026-12-04: test Recall@20 above the popularity ranking's (~0.19) by EASE +0.228
-    [0.223, 0.232], EDLAE +0.225 [0.218, 0.235], DEQL(plain) +0.211 [0.191, 0.222], DEQL(L2)
-    +0.226 [0.218, 0.236]. Three splits cannot decide the full run's gaps between models; the
-    quick run's smoke checks (every model > 0.05 above popularity) must all hold, each on an
-    interval over exactly those splits, and the rows must be the grid's validation choices."""
+    """Quick run (folds 0 and 1 of the 5-fold partition, 150 validation users each, two grid
+    points per arm; ~25 s idle): every arm's test Recall@20 above the popularity ranking's by
+    > 0.05, each on a paired bootstrap over the ~377 tested users, and the rows must be the
+    grid's validation choices."""
     try:
         data.ml100k_path()
     except data.DataError as e:
@@ -182,17 +230,18 @@ def test_quick_experiment_on_movielens_100k(tmp_path):
         pytest.skip(f"ML-100k unavailable: {e}")
     report = experiment.run(str(tmp_path), quick=True)
     record = report.results
-    assert [c.n for c in report.claims] == [3, 3, 3, 3]
+    tested = sum(f["test_users"] for f in record["folds"])
+    assert tested in (377, 378) and [c.n for c in report.claims] == [tested] * 6
     assert all(c.holds for c in report.claims)
-    assert len(record["rows"]) == 3 * (len(experiment.MODELS) + 1)  # + popularity per split
+    assert len(record["rows"]) == 2 * (len(experiment.MODELS) + 1)  # + popularity per fold
     for row in record["rows"]:
         for name in experiment.METRICS:
-            assert 0 < row[name] < 1
+            assert 0 < row[f"test_{name}"] < 1
         if row["model"] == experiment.POPULARITY:
             continue
-        grid = experiment.QUICK.grids[row["model"]]
+        grid = {a.name: a.grid for a in experiment.QUICK.arms}[row["model"]]
         assert all(row[f"chosen_{a}"] in values for a, values in grid.items())
-        assert row["grid_size"] == 2  # the same budget for every model
+        assert row["grid_size"] == 2  # the same budget for every arm
     assert [c.to_dict() for c in experiment.claims_from_results(record)] == [
         c.to_dict() for c in report.claims
     ]
