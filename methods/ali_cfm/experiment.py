@@ -42,7 +42,7 @@ part's first run, on the reported draws as before:
 5'. knot, settings chosen on validation: ALI-CFM's W1 below OT-CFM's;
 6'. knot, settings chosen on validation: ALI-CFM's W1 below MMFM's.
 
-    python -m methods.ali_cfm.experiment gmm1|knot [workdir]   # one part alone
+    python -m methods.ali_cfm.experiment gmm1|knot [workdir]   # one part alone: full_<part>.json
 """
 
 import dataclasses
@@ -191,7 +191,11 @@ def run(workdir: str, *, quick: bool = False) -> Report:
 
 
 if __name__ == "__main__":
+    from core import compile_cache
+
+    compile_cache.enable()
     part = sys.argv[1] if len(sys.argv) > 1 else "gmm1"
     out = sys.argv[2] if len(sys.argv) > 2 else f"/tmp/ali_cfm_{part}"
     record = experiment_runner.measure({**PARTS, **PENDING_PARTS}[part], out)
+    print(f"saved {results.save(record)}")  # results/full_<part>.json
     print("\n".join(str(c) for c in claims_from_results(record)))
