@@ -157,6 +157,7 @@ PARTS = {"gmm1": EXPERIMENT_GMM1}  # measured after the first part in a full run
 # Defined, claims written, not yet run (the session's CPU ran out; README): joins PARTS with
 # its committed record.
 PENDING_PARTS = {"knot": EXPERIMENT_KNOT}
+EVERY_PART = {**PARTS, **PENDING_PARTS}  # what a part's record or `python -m` names
 RESULT_RUNS = ("full", *(f"full_{part}" for part in PARTS))  # launch.reproduce saves each
 
 
@@ -167,9 +168,7 @@ def measure(workdir: str, *, quick: bool = False) -> dict:
 def claims_from_results(record: dict) -> list[IntervalClaim]:
     """The claims of one record: the first part's, or another part's ("full_<part>")."""
     part = record["run"].partition("_")[2]
-    return experiment_runner.claims(
-        {**PARTS, **PENDING_PARTS}[part] if part else EXPERIMENT, record
-    )
+    return experiment_runner.claims(EVERY_PART[part] if part else EXPERIMENT, record)
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
@@ -196,6 +195,6 @@ if __name__ == "__main__":
     compile_cache.enable()
     part = sys.argv[1] if len(sys.argv) > 1 else "gmm1"
     out = sys.argv[2] if len(sys.argv) > 2 else f"/tmp/ali_cfm_{part}"
-    record = experiment_runner.measure({**PARTS, **PENDING_PARTS}[part], out)
+    record = experiment_runner.measure(EVERY_PART[part], out)
     print(f"saved {results.save(record)}")  # results/full_<part>.json
     print("\n".join(str(c) for c in claims_from_results(record)))

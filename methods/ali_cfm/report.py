@@ -108,11 +108,10 @@ def plot(records: list[dict], workdir: str) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from methods.ali_cfm.experiment import EXPERIMENT, PARTS, PENDING_PARTS, PLAN
+    from methods.ali_cfm.experiment import EVERY_PART, EXPERIMENT, PLAN
 
     by_run = {r["run"]: r for r in records}
-    every = {**PARTS, **PENDING_PARTS}
-    parts = {"full": EXPERIMENT, **{f"full_{k}": e for k, e in every.items()}}
+    parts = {e.run_name(False): e for e in (EXPERIMENT, *EVERY_PART.values())}
     rows = [row for row in FIGURE_ROWS if row[0] in by_run]
     methods = PLAN["rotating_gmm"]
     fig, axes = plt.subplots(
