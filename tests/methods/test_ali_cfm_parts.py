@@ -59,7 +59,7 @@ def _knot_values(ali_test_at_01: float) -> tuple[dict, dict]:
     test = {("ali_cfm", 0.01): 0.1, ("ali_cfm", 0.1): ali_test_at_01, ("ali_cfm", 1.0): 0.8}
     validation = {("ali_cfm", 0.01): 0.6, ("ali_cfm", 0.1): 0.3, ("ali_cfm", 1.0): 0.8}
     for method in ("otcfm", "mmfm"):
-        for lr, v in zip(experiment.LR_GRID, (0.7, 0.5, 0.9), strict=True):
+        for lr, v in zip(experiment.LR_GRID, (0.7, 0.5, 0.6, 0.9), strict=True):
             test[method, lr], validation[method, lr] = 0.45, v
     return test, validation
 
