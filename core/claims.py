@@ -12,11 +12,16 @@ Two kinds of claim:
   `.at_most` (A < t).
 - `Claim`: one measured number against a threshold (the older experiments).
 Both render through `measured_text`, `target_text` and `n`, so tables mix them.
+
+A claim the paper does not make (ours, kept as a row beside the paper's) is labelled in its text
+with the word "exploratory", and counted apart (`tally`): "7 of 9 claims hold; exploratory, counted
+apart: 1 of 2".
 """
 
 import dataclasses
 import operator
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -146,6 +151,40 @@ def claim_from_dict(d: Mapping) -> "Claim | IntervalClaim":
     if d.get("kind") == "interval":
         return IntervalClaim.from_dict(d)
     return Claim(d["text"], d["metric"], d["measured"], d["op"], d["target"])
+
+
+_EXPLORATORY = re.compile(r"\bexploratory\b", re.IGNORECASE)
+
+
+def is_exploratory(claim) -> bool:
+    """Whether `claim` is labelled exploratory in its text (not the paper's; counted apart)."""
+    return bool(_EXPLORATORY.search(claim.text))
+
+
+@dataclasses.dataclass(frozen=True)
+class Tally:
+    held: int  # the paper's claims (every claim not labelled exploratory)
+    total: int
+    held_exploratory: int
+    total_exploratory: int
+
+    def text(self) -> str:
+        """ "held of total claims hold", then the exploratory rows' count if there are any."""
+        out = f"{self.held} of {self.total} claims hold"
+        if self.total_exploratory:
+            out += (
+                f" (exploratory rows, counted apart: {self.held_exploratory} of "
+                f"{self.total_exploratory})"
+            )
+        return out
+
+
+def tally(claims) -> Tally:
+    """The paper's claims held and counted, and the exploratory rows apart."""
+    claims = list(claims)
+    paper = [c.holds for c in claims if not is_exploratory(c)]
+    explored = [c.holds for c in claims if is_exploratory(c)]
+    return Tally(sum(paper), len(paper), sum(explored), len(explored))
 
 
 @dataclasses.dataclass

@@ -16,7 +16,7 @@ claims of both runs; everything else gets a row of its own, with the other run's
 import dataclasses
 import textwrap
 
-from core.claims import IntervalClaim, Report
+from core.claims import IntervalClaim, Report, tally
 
 SMOKE = "smoke check at reduced size, not a reproduction"
 INTRO = (
@@ -171,16 +171,15 @@ def markdown_table(side: SideBySide, level: int = 3) -> str:
 def counts(sides: list[SideBySide]) -> str:
     """Two lines: the committed full runs' held / total, then this quick run's."""
     with_full = [s for s in sides if s.full is not None]
-    full = [c.holds for s in with_full for c in s.full.claims]
-    quick = [c.holds for s in sides for c in s.quick.claims]
+    full = tally(c for s in with_full for c in s.full.claims).text()
+    quick = tally(c for s in sides for c in s.quick.claims).text()
     without = [s.method for s in sides if s.full is None]
     seconds = sum(s.quick.wall_seconds for s in sides)
     absent = f" ({NO_FULL_RUN}: {', '.join(without)})" if without else ""
     return (
-        f"full runs (committed): {sum(full)} of {len(full)} claims hold over "
-        f"{_methods(len(with_full))}{absent}\n"
-        f"this quick run (smoke, reduced size): {sum(quick)} of {len(quick)} claims hold over "
-        f"{_methods(len(sides))}; {seconds:.0f} s"
+        f"full runs (committed): {full} over {_methods(len(with_full))}{absent}\n"
+        f"this quick run (smoke, reduced size): {quick} over {_methods(len(sides))}; "
+        f"{seconds:.0f} s"
     )
 
 

@@ -305,7 +305,7 @@ def test_one_summary_table_for_every_method():
     rows = [line.split() for line in text.splitlines()]
     assert [r[0] for r in rows[1:4]] == ["lm", "deql", "deql"]
     assert rows[2][-1] == "NO" and rows[3][-1] == "yes"
-    assert text.endswith("2/3 claims hold over 2 methods; 15 s")
+    assert text.endswith("2 of 3 claims hold over 2 methods; 15 s")
     markdown = reproduce.summary_markdown(reports)
     assert "| lm | parity fails | 0.5067 [0.5, 0.52] | 3 | high < 0.6 | yes |" in markdown
 

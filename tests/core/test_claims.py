@@ -6,7 +6,7 @@ import json
 import pytest
 
 from core import stats
-from core.claims import Claim, IntervalClaim, Report, claim_from_dict
+from core.claims import Claim, IntervalClaim, Report, claim_from_dict, tally
 from core.errors import ConfigError
 
 
@@ -45,6 +45,21 @@ def test_beats_pairs_the_seeds_and_can_fail():
     # Unpaired means differ by 0.03 too, but the seeds' spread (0.87-0.97) would hide it.
     assert IntervalClaim.no_worse("B no worse than A", "acc", b, a, 0.05).holds
     assert not IntervalClaim.no_worse("B no worse than A", "acc", b, a, 0.02).holds
+
+
+def test_exploratory_rows_are_counted_apart_from_the_papers_claims():
+    claims = [
+        IntervalClaim("the paper's", "m", "at_least", 0.9, iv(0.91, 0.99)),
+        IntervalClaim("the paper's, failing", "m", "at_least", 0.9, iv(0.5, 0.6)),
+        IntervalClaim("v2, Exploratory (ours): at 8x", "m", "at_least", 0.9, iv(0.91, 0.99)),
+        Claim("exploratory: a threshold row", "m", 0.1, ">", 0.5),
+        Claim("unexploratory is not the label", "m", 0.7, ">", 0.5),
+    ]
+    counted = tally(claims)
+    assert (counted.held, counted.total) == (2, 3)
+    assert (counted.held_exploratory, counted.total_exploratory) == (1, 2)
+    assert counted.text() == ("2 of 3 claims hold (exploratory rows, counted apart: 1 of 2)")
+    assert tally(claims[:2]).text() == "1 of 2 claims hold"
 
 
 def test_unknown_form_is_a_one_line_error():
