@@ -14,8 +14,8 @@ Two kinds of claim:
 Both render through `measured_text`, `target_text` and `n`, so tables mix them.
 
 A claim the paper does not make (ours, kept as a row beside the paper's) is labelled in its text
-with the word "exploratory", and counted apart (`tally`): "7 of 9 claims hold; exploratory, counted
-apart: 1 of 2".
+with the word "exploratory" (or "diagnostic": a check that the test itself is fair), and counted
+apart (`tally`): "7 of 9 claims hold (exploratory rows, counted apart: 1 of 2)".
 """
 
 import dataclasses
@@ -153,11 +153,12 @@ def claim_from_dict(d: Mapping) -> "Claim | IntervalClaim":
     return Claim(d["text"], d["metric"], d["measured"], d["op"], d["target"])
 
 
-_EXPLORATORY = re.compile(r"\bexploratory\b", re.IGNORECASE)
+_EXPLORATORY = re.compile(r"\b(exploratory|diagnostic)\b", re.IGNORECASE)
 
 
 def is_exploratory(claim) -> bool:
-    """Whether `claim` is labelled exploratory in its text (not the paper's; counted apart)."""
+    """Whether `claim` is labelled exploratory or diagnostic in its text (not the paper's;
+    counted apart)."""
     return bool(_EXPLORATORY.search(claim.text))
 
 

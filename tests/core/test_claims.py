@@ -52,7 +52,7 @@ def test_exploratory_rows_are_counted_apart_from_the_papers_claims():
         IntervalClaim("the paper's", "m", "at_least", 0.9, iv(0.91, 0.99)),
         IntervalClaim("the paper's, failing", "m", "at_least", 0.9, iv(0.5, 0.6)),
         IntervalClaim("v2, Exploratory (ours): at 8x", "m", "at_least", 0.9, iv(0.91, 0.99)),
-        Claim("exploratory: a threshold row", "m", 0.1, ">", 0.5),
+        Claim("v2, diagnostic: a threshold row", "m", 0.1, ">", 0.5),
         Claim("unexploratory is not the label", "m", 0.7, ">", 0.5),
     ]
     counted = tally(claims)
