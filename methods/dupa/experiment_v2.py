@@ -131,7 +131,7 @@ def pilot_spread(record: dict) -> dict[str, float]:
     out = {}
     for a, b in itertools.combinations(ARMS, 2):
         diffs = stats.paired_differences(by_arm[a], by_arm[b], what=f"{a} - {b}")
-        out[f"{a} - {b}"] = float(np.std(diffs, ddof=1))
+        out[f"{a} - {b}"] = float(np.std(list(diffs.values()), ddof=1))
     return out
 
 

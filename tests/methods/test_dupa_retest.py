@@ -150,6 +150,24 @@ def test_v2_claims_derive_from_the_record_after_a_json_round_trip(tmp_path):
     assert claims[0].margin == pytest.approx(math.log(1 / 0.95))
 
 
+def test_the_pilot_gives_each_pairs_paired_spread_and_a_power_that_grows_with_seeds(tmp_path):
+    def pilot_run(config, run_dir):  # dupa's log FD moves by 0, .02, .04 with the seed
+        metrics = fake_run(config, run_dir)
+        shift = 0.02 * config.seed if config.dupa.arm == "dupa" else 0.0
+        return metrics | {"validation/log_fd": math.log(metrics["validation/fd"]) + shift}
+
+    pilot = dataclasses.replace(experiment_v2.PILOT, run=pilot_run)
+    spread = experiment_v2.pilot_spread(experiment_runner.measure(pilot, str(tmp_path)))
+    # The paired differences, not each arm's spread: ddt_2b and dual move together by seed.
+    assert spread["ddt_2b - dual"] == pytest.approx(0.0, abs=1e-12)
+    # dupa - dual = log(36/40) + .02 seed: sd of (0, .02, .04) = .02.
+    assert spread["dual - dupa"] == pytest.approx(0.02)
+    effect, margin = experiment_v2.PAPER_EFFECT, experiment_v2.MARGIN
+    assert experiment_v2.power(effect, 0.02, 5, margin) > experiment_v2.power(
+        effect, 0.02, 3, margin
+    )
+
+
 @pytest.mark.slow  # one 2-step run and two evaluations of 20 samples: ~40 s at load ~9
 def test_a_retest_run_returns_every_metric_the_claims_and_the_selection_read(tmp_path):
     config = experiment_v2.config_of(experiment_v2.Arm("dupa"), {"lr": 1e-3}, 0, False)
