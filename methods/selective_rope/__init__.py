@@ -12,8 +12,10 @@ The model, the position encodings and the GLA recurrence are in `model.py`; the 
 shared synthetic generators (`core.tasks`: prefix parity, MQAR).
 """
 
+import dataclasses
 import functools
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,12 +34,51 @@ SPLIT_SEED_OFFSETS = {"test": 1_000_003, "validation": 2_000_003}
 EVAL_TOKENS_PER_BATCH = 32_768  # eval batch = this // length (softmax scores are B*H*T*T)
 
 
+@dataclasses.dataclass(frozen=True)
+class WithBOS:
+    """`task`'s examples with a BOS token before every sequence, as the authors' state-tracking
+    tokenizer writes them (`TemplateProcessing(single="[BOS] $A")`, main.py:237-242 at d12e825).
+    BOS is a new token (id `task.vocab_size`); its position is not scored (mask 0, target PAD:
+    the authors' loss also asks the model to copy BOS there, a free label). The same rng gives
+    the same bits as `task`, one position later."""
+
+    task: Any
+
+    @property
+    def bos(self) -> int:
+        return self.task.vocab_size
+
+    @property
+    def vocab_size(self) -> int:
+        return self.task.vocab_size + 1
+
+    @property
+    def seq_len(self) -> int:
+        return self.task.seq_len + 1
+
+    def batch(self, rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+        first = {"inputs": self.bos, "targets": tasks.PAD, "mask": 0}
+        return {
+            k: np.concatenate([np.full_like(v[:, :1], first[k]), v], axis=1)
+            for k, v in self.task.batch(rng, n).items()
+        }
+
+    def example(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        return {k: v[0] for k, v in self.batch(rng, 1).items()}
+
+
 def make_task(config, **overrides):
-    options = {k: v for k, v in config.task.items() if k != "name"} | overrides
+    """The task of `config` (`overrides` replace its options); with `task.bos` (parity only),
+    each sequence starts with a BOS token (`WithBOS`)."""
+    options = {k: v for k, v in config.task.items() if k not in ("name", "bos")} | overrides
+    bos = bool(config.task.get("bos", False))
+    if bos and config.task.name != "parity":
+        raise ConfigError(f"task.bos=True needs task.name='parity', got {config.task.name!r}")
     try:
-        return tasks.make_task(config.task.name, **options)
+        task = tasks.make_task(config.task.name, **options)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"task: {e}") from None
+    return WithBOS(task) if bos else task
 
 
 def model_config(config) -> model.ModelConfig:
@@ -164,10 +205,16 @@ def eval_lengths(config) -> list[int]:
     return sorted({config.task.length, *config.eval.lengths})
 
 
+def validation_lengths(config) -> list[int]:
+    """Parity: the lengths scored on the validation stream, `config.eval.validation_lengths`
+    (the re-test selects at 4x), by default the training length alone."""
+    return sorted(set(config.eval.get("validation_lengths", None) or (config.task.length,)))
+
+
 def evaluators(cfg, config) -> tuple[Evaluator, ...]:
     """Parity: one stream per test length, "len{T}" on split "test/len{T}" (logged
-    eval/len{T}/<metric>), and "validation.len{T0}" at the training length on the validation
-    stream (what an experiment selects on). Other tasks: none (the method's own eval_step)."""
+    eval/len{T}/<metric>), and "validation.len{T}" on the validation stream at each validation
+    length (what an experiment selects on). Other tasks: none (the method's own eval_step)."""
     if config.task.name != "parity":
         return ()
 
@@ -176,8 +223,23 @@ def evaluators(cfg, config) -> tuple[Evaluator, ...]:
         return held_out_counts(cfg, state.params, batch)
 
     tests = [Evaluator(f"len{T}", eval_step, split=f"test/len{T}") for T in eval_lengths(config)]
-    T0 = config.task.length
-    return (*tests, Evaluator(f"validation.len{T0}", eval_step, split=f"validation/len{T0}"))
+    validation = [
+        Evaluator(f"validation.len{T}", eval_step, split=f"validation/len{T}")
+        for T in validation_lengths(config)
+    ]
+    return (*tests, *validation)
+
+
+def split_metrics(row: dict) -> dict[str, dict[str, float]]:
+    """One evaluation row's metrics by stream: {"validation": {"len{T}/<metric>": value},
+    "test": {...}} (logged as eval/validation.len{T}/<metric> and eval/len{T}/<metric>)."""
+    out = {"validation": {}, "test": {}}
+    for key, value in row.items():
+        if key.startswith("eval/validation.len"):
+            out["validation"][key.removeprefix("eval/validation.")] = value
+        elif key.startswith("eval/len"):
+            out["test"][key.removeprefix("eval/")] = value
+    return out
 
 
 def parity_flip(cfg, params) -> dict:
@@ -231,8 +293,8 @@ def make(config) -> Method:
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
-    """One run of the experiment (one CPU device): train, then {"validation": the training
-    length's metrics on the validation stream, "test": every length's on the test stream (both
+    """One run of the experiment (one CPU device): train, then {"validation": the validation
+    lengths' metrics on the validation stream, "test": every length's on the test stream (both
     "len{T}/<metric>", from the run's final evaluation), "flip_error" (parity, selective),
     "diverged", "seconds"}. A diverged run returns {"diverged": 1.0, "seconds"} only (the
     experiment scores it at chance: it stays in the grid, not dropped)."""
@@ -249,16 +311,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         print(f"   diverged: {e}", flush=True)
         return {"diverged": 1.0, "seconds": time.perf_counter() - start}
     final = [r for r in result.history if any(k.startswith("eval/") for k in r)][-1]
-    validation = f"eval/validation.len{config.task.length}/"
-    out = {
-        "validation": {
-            f"len{config.task.length}/{k.removeprefix(validation)}": v
-            for k, v in final.items()
-            if k.startswith(validation)
-        },
-        "test": {k.removeprefix("eval/"): v for k, v in final.items() if k.startswith("eval/len")},
-        "diverged": 0.0,
-    }
+    out = {**split_metrics(final), "diverged": 0.0}
     if cfg.position == "selective":
         out.update(parity_flip(cfg, result.state.params))
     return {**out, "seconds": time.perf_counter() - start}

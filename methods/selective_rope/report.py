@@ -13,13 +13,21 @@ HEADLINE = "last_quarter"
 
 
 def lengths(record: dict) -> tuple[int, list[int]]:
-    """(the training length, every tested length, training length first), from the record's
-    selection metric ("validation/len{T0}/...") and its rows' test metrics."""
-    T0 = int(re.fullmatch(r"validation/len(\d+)/.*", record["config"]["select_on"])[1])
+    """(the training length, every tested length, training length first): the rows'
+    "train_length" (the re-test's rows, validated at 4x) or else the length of the record's
+    selection metric ("validation/len{T0}/..."), and the rows' test metrics."""
+    trained = {r["train_length"] for r in record["rows"] if "train_length" in r}
+    if len(trained) > 1:
+        raise ValueError(f"selective_rope: rows trained at several lengths {sorted(trained)}")
+    T0 = trained.pop() if trained else _validation_length(record)
     tested = {
         int(m[1]) for r in record["rows"] for k in r if (m := re.fullmatch(r"test/len(\d+)/.*", k))
     }
     return T0, [T0, *sorted(tested - {T0})]
+
+
+def _validation_length(record: dict) -> int:
+    return int(re.fullmatch(r"validation/len(\d+)/.*", record["config"]["select_on"])[1])
 
 
 def reported(record, chosen, arm: str, T: int, metric: str = HEADLINE) -> dict:
@@ -42,8 +50,9 @@ def table(record: dict) -> str:
     fmt = lambda iv: f"{iv.mean:.3f} [{iv.low:.3f}, {iv.high:.3f}]"  # noqa: E731
     width = max(len(a["grid"]["lr"]) for a in cfg["arms"].values())
     names = {arm: arm.replace("/", " / ") for arm in chosen}
+    Tv = _validation_length(record)
     lines = [
-        f"Validation (last quarter at T={T0}, mean over seeds {seeds}) per lr; the choice in bold:",
+        f"Validation (last quarter at T={Tv}, mean over seeds {seeds}) per lr; the choice in bold:",
         "",
         "| model / position | " + " | ".join(f"lr {i + 1}" for i in range(width)) + " |",
         "|---|" + "---|" * width,
@@ -67,20 +76,26 @@ def table(record: dict) -> str:
         cells = [fmt(stats.interval(reported(record, chosen, arm, T))) for T in all_T]
         params = next(r["params"] for r in record["rows"] if r["arm"] == arm)
         lines.append(f"| {names[arm]} | {sel.point['lr']:g} | {params:,} | {' | '.join(cells)} |")
+    # The re-test's rows: the validation-chosen checkpoint's step, and the flip error of the
+    # last step's parameters (the chosen checkpoint's are not kept).
+    steps = any("checkpoint_step" in r for r in record["rows"])
     lines += [
         "",
-        "Per seed (chosen lr): last quarter (whole-sequence parity), flip error (rad):",
+        "Per seed (chosen lr): last quarter (whole-sequence parity), flip error (rad)"
+        + (", the chosen checkpoint's step (flip error: of the last step):" if steps else ":"),
         "",
-        f"| model / position | seed | {head} | flip error |",
-        "|---|---|" + "---|" * len(all_T) + "---|",
+        f"| model / position | seed | {head} | flip error |" + (" checkpoint |" if steps else ""),
+        "|---|---|" + "---|" * len(all_T) + "---|" + ("---|" if steps else ""),
     ]
     for arm, sel in chosen.items():
         for r in _chosen_rows(record, arm, sel.point["lr"]):
             cells = [
                 f"{r[f'test/len{T}/{HEADLINE}']:.3f} ({r[f'test/len{T}/final']:.3f})" for T in all_T
             ]
-            flip = f"{r['flip_error']:.3f}" if "flip_error" in r else "-"
-            lines.append(f"| {names[arm]} | {r['seed']} | {' | '.join(cells)} | {flip} |")
+            flip = r.get("flip_error", r.get("final_flip_error"))
+            flip = "-" if flip is None else f"{flip:.3f}"
+            step = f" {r['checkpoint_step']} |" if steps else ""
+            lines.append(f"| {names[arm]} | {r['seed']} | {' | '.join(cells)} | {flip} |{step}")
     edges = [
         f"{e['arm']}: lr={e['value']:g} ({e['side']})" + (f", {e['open']}" if e["open"] else "")
         for e in runner.edges(record)
@@ -90,7 +105,7 @@ def table(record: dict) -> str:
     diverged = [r for r in record["rows"] if r["diverged"]]
     if diverged:
         runs = ", ".join("{arm} lr={lr:g} seed={seed}".format(**r) for r in diverged)
-        lines += ["", f"Diverged (scored 0.5): {runs}."]
+        lines += ["", f"Diverged (scored 0.5; a re-test run: its best evaluation before): {runs}."]
     return "\n".join(lines)
 
 
