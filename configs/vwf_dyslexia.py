@@ -2,7 +2,9 @@
 
     python -m launch.train --config=configs/vwf_dyslexia.py:size=small --workdir=/tmp/vwf
 
-Options: mesh (a preset in configs/common.py), size (smoke | cpu | small).
+Options: mesh (a preset in configs/common.py), size (smoke | cpu | small), diet (v1: the four
+tasks of the first study, evenly; v2: the re-test of issue 47, reading 22.5 % of the examples
+beside a task on each localiser category: `tasks.DIETS`).
 - cpu, what the experiment trains: ViT 2 layers d 64 on 16 x 16 patches of 32 x 128 images (16
   tokens) -> linear merger -> 2-layer decoder d 96, SwiGLU 256; batch 64, 10000 steps; lexical
   decision over a 64-word lexicon (`tasks.lexicon`); letter strings at one size and place
@@ -75,6 +77,10 @@ SIZES = {
 }
 
 
+# The training diets (`methods/vwf_dyslexia/tasks.py: DIETS` holds their task shares; a config
+# module imports no method code).
+DIETS = ("v1", "v2")
+
 # What launch.aot, device_check and the generic tests need (core.declarations).
 DECLARATIONS = Declarations(
     largest="size=small",
@@ -83,7 +89,8 @@ DECLARATIONS = Declarations(
 
 
 def get_config(arg: str | None = None) -> ConfigDict:
-    opts = parse_arg(arg, {"mesh": "auto", "size": "small"})
+    opts = parse_arg(arg, {"mesh": "auto", "size": "small", "diet": "v1"})
+    diet = choose("diet", opts["diet"], DIETS)
     size = dict(choose("size", opts["size"], SIZES))
     steps, batch_size, lr = size.pop("steps"), size.pop("batch_size"), size.pop("lr")
     lexicon_size = size.pop("lexicon_size")
@@ -99,6 +106,7 @@ def get_config(arg: str | None = None) -> ConfigDict:
             jitter_to=jitter_to,
             lexical_from=lexical_from,
             spell=spell,
+            diet=diet,
         )
     )
     set_training(c, steps=steps, batch_size=batch_size, lr=lr)

@@ -4,16 +4,17 @@
   exclusion, Pillow rendering in matplotlib's fonts, the localiser categories (words,
   scrambled words, line faces, line objects), a shape-comparison task and sentence-picture
   matching; grey 32 x 128 images in [0, 1] (background 0), deterministic per seed.
-- `tasks.py`: the four training tasks (lexical decision, letter read-out, shape comparison,
-  sentence-picture matching) as character-token text after the image; train / eval split of
+- `tasks.py`: the training tasks (lexical decision, letter read-out, shape comparison,
+  sentence-picture matching; the re-test's diet "v2" adds a task on faces, one on line objects
+  and one on scrambled strings) as token text after the image; train / val / eval split of
   letter strings by hash.
 - here: `make(config) -> Method` for `core.train`: the shared `core.nn.vlm` (ViT -> linear
-  merger -> decoder LM) trained on all four tasks at once, loss on the answer tokens only;
+  merger -> decoder LM) trained on the diet's tasks at once, loss on the answer tokens only;
   `eval_step` gives the answer accuracy per task on held-out letter strings.
+- `localiser.py`, `lesion.py`, `official_hook.py`, `experiment.py` (the first study),
+  `experiment_v2.py` with `retest.py` (the re-test of issue 47): README.
 
-    python -m launch.train --config=configs/vwf_dyslexia.py:size=small --workdir=/tmp/vwf
-
-The localiser, the lesion evaluation and the experiment are not written yet (issue 23, part 3).
+    python -m launch.train --config=configs/vwf_dyslexia.py:size=cpu --workdir=/tmp/vwf
 """
 
 import functools
@@ -31,13 +32,18 @@ from methods.vwf_dyslexia import stimuli, tasks
 EVAL_SEED_OFFSET = 1_000_003  # held-out examples come from a seed stream training never uses
 
 
+def diet_of(config) -> str:
+    """config.data.diet (a run folder's config written before the re-test has none: "v1")."""
+    return config.data.get("diet", "v1")
+
+
 def model_config(config) -> vlm.VLMConfig:
     return vlm.from_fields(
         config.model,
         image_height=stimuli.HEIGHT,
         image_width=stimuli.WIDTH,
         channels=1,
-        vocab_size=len(tasks.VOCAB),
+        vocab_size=tasks.vocab_size(diet_of(config)),
         text_len=tasks.TEXT_LEN,
         dtype=compute_dtype(config.dtype),
     )
@@ -61,15 +67,20 @@ def loss_fn(cfg, params, batch, *, rng=None, extra=None):
     return (nll_BT * mask_BT).sum() / denom, {"accuracy": (correct_BT * mask_BT).sum() / denom}
 
 
-def task_accuracy(cfg, params, batch, gate_mask_LF=None) -> dict:
+def task_accuracy(cfg, params, batch, gate_mask_LF=None, task_names=tasks.ALL_TASKS) -> dict:
     """{"accuracy/<task>": (examples with every answer token right, examples)} per task."""
-    logits_BTV = answer_logits(cfg, params, batch, gate_mask_LF)
+    return answer_counts(answer_logits(cfg, params, batch, gate_mask_LF), batch, task_names)
+
+
+def answer_counts(logits_BTV, batch, task_names=tasks.ALL_TASKS) -> dict:
+    """`task_accuracy` from the text positions' logits [B, TEXT_LEN, V], however computed
+    (`official_hook` computes them position by position)."""
     wrong_BT = (jnp.argmax(logits_BTV, -1) != batch["targets"]) & (batch["mask"] > 0)
     right_B = ~jnp.any(wrong_BT, axis=1)
     weight_B = batch.get("valid", jnp.ones_like(right_B, jnp.float32))
     out = {}
-    for task_id, task in enumerate(tasks.TASKS):
-        in_task_B = (batch["task"] == task_id) * weight_B
+    for task in task_names:
+        in_task_B = (batch["task"] == tasks.ALL_TASKS.index(task)) * weight_B
         out[f"accuracy/{task}"] = (jnp.sum(right_B * in_task_B), jnp.sum(in_task_B))
     return out
 
@@ -77,7 +88,9 @@ def task_accuracy(cfg, params, batch, gate_mask_LF=None) -> dict:
 def curriculum_of(config) -> tasks.Curriculum:
     """The training stream's `tasks.Curriculum` (config.data)."""
     d = config.data
-    return tasks.Curriculum(d.jitter, d.jitter_from, d.jitter_to, d.lexical_from, d.spell)
+    return tasks.Curriculum(
+        d.jitter, d.jitter_from, d.jitter_to, d.lexical_from, d.spell, diet=diet_of(config)
+    )
 
 
 def make(config) -> Method:
@@ -88,11 +101,13 @@ def make(config) -> Method:
         del batch_spec
         return {"params": vlm.init_params(cfg, rng)}
 
+    curriculum = curriculum_of(config)
+    diet_tasks = tuple(tasks.DIETS[curriculum.diet])
+
     def eval_step(state, batch, *, rng):
         del rng
-        return task_accuracy(cfg, state.params, batch)
+        return task_accuracy(cfg, state.params, batch, task_names=diet_tasks)
 
-    curriculum = curriculum_of(config)
     num_eval = config.eval.num_examples
     if num_eval <= 0 or num_eval % batch_size:
         raise ConfigError(

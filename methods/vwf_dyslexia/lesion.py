@@ -40,7 +40,7 @@ def eval_set(
     strings = tasks.letter_strings(split, lexicon_size)
     examples = []
     for task in task_names:
-        rng = np.random.default_rng([seed, tasks.TASKS.index(task)])
+        rng = np.random.default_rng([seed, tasks.ALL_TASKS.index(task)])
         examples += [
             tasks.task_example(rng, task, strings, fonts, jitter, spell) for _ in range(n_per_task)
         ]
@@ -75,7 +75,7 @@ def _right_counts(cfg, params, batch, masks_MLF):
 
     def one(mask_LF):
         counts = task_accuracy(cfg, params, batch, mask_LF)
-        return jnp.stack([jnp.stack(counts[f"accuracy/{t}"]) for t in tasks.TASKS])
+        return jnp.stack([jnp.stack(counts[f"accuracy/{t}"]) for t in tasks.ALL_TASKS])
 
     return jax.vmap(one)(masks_MLF)
 
@@ -90,13 +90,13 @@ def accuracy(cfg, params, examples: dict, masks_MLF, *, batch_size=256, chunk=No
     pad = -num_masks % chunk
     masks_MLF = np.concatenate([masks_MLF, np.ones((pad, *masks_MLF.shape[1:]))])
     masks_MLF = jnp.asarray(masks_MLF, jnp.float32)
-    totals = np.zeros((num_masks + pad, len(tasks.TASKS), 2))
+    totals = np.zeros((num_masks + pad, len(tasks.ALL_TASKS), 2))
     for batch in batches(examples, batch_size):
         for m in range(0, num_masks, chunk):
             counts = _right_counts(cfg, params, batch, masks_MLF[m : m + chunk])
             totals[m : m + chunk] += np.asarray(counts)
     out = {}
-    for i, task in enumerate(tasks.TASKS):
+    for i, task in enumerate(tasks.ALL_TASKS):
         if totals[0, i, 1] > 0:
             out[task] = totals[:num_masks, i, 0] / totals[:num_masks, i, 1]
     return out

@@ -67,20 +67,34 @@ def welch_t(a_NU, b_MU) -> np.ndarray:
     return np.nan_to_num(t, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def category_images(n_per_category: int, seed: int, jitter: float = 1.0) -> dict:
+def category_images(n_per_category: int, seed: int, jitter: float = 1.0, words=None) -> dict:
     """{category: [n, H, W]} for one localiser resample (the seed fixes every category; words
-    at the model's jitter, `stimuli.render_text`)."""
+    at the model's jitter, `stimuli.render_text`). Words and scrambled words share one seed,
+    so scrambled image i is word image i with its tiles moved: the ink-matched pairs
+    `stimuli.localiser_images` draws (until issue 47 each category had a seed of its own, so
+    the two were different words). words: the pool they come from (the re-test: the taught
+    lexicon, `tasks.lexicon`; default `stimuli.word_list()`)."""
+    seeds = {"word": seed * 10, "scrambled_word": seed * 10, "face": seed * 10 + 2,
+             "object": seed * 10 + 3}  # fmt: skip
     return {
-        c: stimuli.localiser_images(c, n_per_category, seed=seed * 10 + i, jitter=jitter)
-        for i, c in enumerate(stimuli.CATEGORIES)
+        c: stimuli.localiser_images(c, n_per_category, seed=seeds[c], jitter=jitter, words=words)
+        for c in stimuli.CATEGORIES
     }
 
 
 def t_map(
-    cfg, params, n_per_category: int, seed: int, *, batch_size: int = 64, jitter: float = 1.0
+    cfg,
+    params,
+    n_per_category: int,
+    seed: int,
+    *,
+    batch_size: int = 64,
+    jitter: float = 1.0,
+    words=None,
 ) -> np.ndarray:
-    """[L, F] Welch t of words vs the pooled non-word categories for one resample."""
-    images = category_images(n_per_category, seed, jitter)
+    """[L, F] Welch t of words vs the pooled non-word categories for one resample (words:
+    `category_images`')."""
+    images = category_images(n_per_category, seed, jitter, words)
     means = {c: unit_means(cfg, params, x, batch_size=batch_size) for c, x in images.items()}
     words_NU = means["word"].reshape(n_per_category, -1)
     others_MU = np.concatenate([means[c] for c in NON_WORDS]).reshape(3 * n_per_category, -1)

@@ -112,7 +112,9 @@ def quick_checks(record: dict) -> list[IntervalClaim]:
     ]
 
 
-def claims_from_results(record: dict) -> list[IntervalClaim]:
+def claims_of_study(record: dict) -> list[IntervalClaim]:
+    """The first study's claims (its quick run: the smoke checks); the re-test's record
+    ("full_v2") has its own, `experiment_v2.claims_from_results`."""
     s = record["config"]["settings"]
     k = s["claim_percent"]
     if record["run"] == "quick":

@@ -26,7 +26,9 @@ as large as the ink's signal and the `cpu` size stayed at its task priors (READM
   tasks          `shape_comparison(rng)`: circles and squares, "more circles than squares?"
                  (a non-reading visual task, ties excluded); `sentence_picture(rng)`: two
                  shapes side by side and a sentence in text ("circle left of square") that
-                 matches the picture or not.
+                 matches the picture or not. The re-test's tasks on the localiser's own
+                 images: `face(rng, smile=False)` (a frown), `line_object_parts` (the parts'
+                 kinds), `ink_width` (a scrambled string's extent).
 """
 
 import functools
@@ -223,9 +225,10 @@ def _ellipse(draw, cx, cy, rx, ry, width=1):
     draw.ellipse((cx - rx, cy - ry, cx + rx, cy + ry), outline=255, width=width)
 
 
-def face(rng: np.random.Generator) -> np.ndarray:
+def face(rng: np.random.Generator, smile: bool = True) -> np.ndarray:
     """A line-drawn face: head ellipse, two eyes, a nose line, a mouth arc, sizes and place
-    at random."""
+    at random. smile False turns the mouth arc over (a frown on the same rows, so only its
+    shape tells them apart: the re-test's face task); the draws are the same either way."""
     image, draw = _canvas()
     ry = rng.uniform(11, 15)
     rx = ry * rng.uniform(0.7, 1.0)
@@ -237,15 +240,29 @@ def face(rng: np.random.Generator) -> np.ndarray:
     draw.line((cx, eye_y + 2, cx + rng.uniform(-1.5, 1.5), cy + ry * 0.15), fill=255)
     mouth_w, mouth_y = rx * rng.uniform(0.4, 0.7), cy + ry * rng.uniform(0.35, 0.5)
     box = (cx - mouth_w, mouth_y - 3, cx + mouth_w, mouth_y + 3)
-    draw.arc(box, 0, 180, fill=255)
+    if smile:  # the lower half of the box: rows mouth_y .. mouth_y + 3
+        draw.arc(box, 0, 180, fill=255)
+    else:  # the upper half of the box moved down 3: the same rows, turned over
+        draw.arc((box[0], box[1] + 3, box[2], box[3] + 3), 180, 360, fill=255)
     return to_array(image)
+
+
+OBJECT_PARTS = ("polyline", "rectangle", "ellipse", "triangle")
 
 
 def line_object(rng: np.random.Generator) -> np.ndarray:
     """A line drawing of 2-4 random parts: polylines, rectangles, ellipses, triangles."""
+    return line_object_parts(rng)[0]
+
+
+def line_object_parts(rng: np.random.Generator) -> tuple[np.ndarray, list[str]]:
+    """(`line_object`'s image, the kinds of its parts, `OBJECT_PARTS` names): the re-test's
+    object task asks whether an ellipse is among them."""
     image, draw = _canvas()
+    kinds = []
     for _ in range(int(rng.integers(2, 5))):
         kind = rng.integers(4)
+        kinds.append(OBJECT_PARTS[kind])
         x0, y0 = rng.uniform(2, WIDTH - 20), rng.uniform(2, HEIGHT - 12)
         w, h = rng.uniform(6, 30), rng.uniform(6, HEIGHT - 4 - y0 + 2)
         x1, y1 = min(x0 + w, WIDTH - 2), min(y0 + h, HEIGHT - 2)
@@ -258,7 +275,7 @@ def line_object(rng: np.random.Generator) -> np.ndarray:
             draw.ellipse((x0, y0, x1, y1), outline=255)
         else:
             draw.polygon([(x0, y1), (x1, y1), ((x0 + x1) / 2, y0)], outline=255)
-    return to_array(image)
+    return to_array(image), kinds
 
 
 def _shape(draw, kind: str, cx: float, cy: float, r: float, filled: bool = False):
@@ -327,21 +344,40 @@ def sentence_picture(rng: np.random.Generator) -> tuple[np.ndarray, str, int]:
 # ----------------------------------------------------------------------------- localiser
 
 
+def _word_picks(rng: np.random.Generator, pool_size: int, n: int) -> np.ndarray:
+    """n indices into a pool of letter strings: distinct when the pool has n, else whole
+    permutations of the pool one after another (each string at most ceil(n / pool) times)."""
+    if n <= pool_size:
+        return rng.choice(pool_size, size=n, replace=False)
+    rounds = -(-n // pool_size)
+    return np.concatenate([rng.permutation(pool_size) for _ in range(rounds)])[:n]
+
+
+def localiser_strings(n: int, seed: int, words=None) -> list[str]:
+    """The letter strings `localiser_images("word" | "scrambled_word", n, seed, words=...)`
+    draws (the same draws, replayed): words from `words` (default `word_list()`)."""
+    pool = word_list() if words is None else tuple(words)
+    return [pool[i] for i in _word_picks(np.random.default_rng(seed), len(pool), n).tolist()]
+
+
 def localiser_images(
-    category: str, n: int, seed: int, *, fonts=FONTS, jitter: float = 1.0
+    category: str, n: int, seed: int, *, fonts=FONTS, jitter: float = 1.0, words=None
 ) -> np.ndarray:
     """n images [n, 32, 128] of one localiser category (`CATEGORIES`). "word" and
     "scrambled_word" draw the same words and fonts for the same seed (only the scrambling
-    differs), so the word - scrambled contrast is the letters' shapes alone; jitter: their
+    differs), so the word - scrambled contrast is the letters' shapes alone; words: the pool
+    they come from (default `word_list()`; the re-test: the taught lexicon); jitter: their
     size and place randomness, as the model reads (`render_text`)."""
     if category not in CATEGORIES:
         raise ValueError(f"unknown localiser category {category!r}; expected one of {CATEGORIES}")
     rng = np.random.default_rng(seed)
     if category in ("word", "scrambled_word"):
-        words = word_list()
-        picks = rng.choice(len(words), size=n, replace=False)
+        pool = word_list() if words is None else tuple(words)
+        if not pool:
+            raise ValueError("localiser words: the pool of letter strings is empty")
+        picks = _word_picks(rng, len(pool), n)
         images = [
-            render_text(words[i], fonts[rng.integers(len(fonts))], rng, jitter)
+            render_text(pool[i], fonts[rng.integers(len(fonts))], rng, jitter)
             for i in picks.tolist()
         ]
         if category == "scrambled_word":
@@ -351,3 +387,10 @@ def localiser_images(
         draw = face if category == "face" else line_object
         images = [draw(rng) for _ in range(n)]
     return np.stack(images).astype(np.float32)
+
+
+def ink_width(image: np.ndarray) -> int:
+    """Pixels from the leftmost to the rightmost inked column (0 for a blank image): what the
+    re-test's scrambled-string task judges, a visual extent with no letters to read."""
+    columns = np.flatnonzero((np.asarray(image) > 0).any(axis=0))
+    return int(columns[-1] - columns[0] + 1) if columns.size else 0

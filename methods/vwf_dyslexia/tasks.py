@@ -13,6 +13,15 @@ the sentence only has to be understood, not read.
   shapes     image: circles and squares; answer yes when there are more circles
   sentence   image: two shapes; text: "<x> left of <y>"; answer yes when it matches
 
+The re-test (issue 47, diet "v2") adds a non-reading task on each of the localiser's non-word
+categories, drawn by the localiser's own generators, so that no category is out of
+distribution, and makes reading (lexical, letters) a minority of the examples (`DIETS`):
+
+  faces      image: a line face (`stimuli.face`); answer yes when it smiles (half frown)
+  objects    image: a line object (`stimuli.line_object_parts`); yes when an ellipse is a part
+  scrambled  image: a letter string rendered as for reading, then scrambled (`stimuli.scramble`,
+             the localiser's "scrambled_word"); yes when its ink is wider than `SCRAMBLED_WIDE`
+
 Words and pseudowords are split into "train", "val" and "eval" by a hash of the string, so
 evaluation reads letter strings the model never saw, and the recipe (learning rate,
 curriculum) is chosen on "val" strings the lesion evaluation ("eval") never uses.
@@ -27,17 +36,48 @@ import numpy as np
 from core.errors import ConfigError
 from methods.vwf_dyslexia import stimuli
 
-TASKS = ("lexical", "letters", "shapes", "sentence")
+TASKS = ("lexical", "letters", "shapes", "sentence")  # the first diet's ("v1")
+NEW_TASKS = ("faces", "objects", "scrambled")  # the re-test's ("v2"), on the localiser's images
+ALL_TASKS = TASKS + NEW_TASKS  # a task's id is its index here
+READING = ("lexical", "letters")  # the tasks that read a letter string in the image
+# The training tasks whose images each localiser category's generator draws.
+TASKS_OF_CATEGORY = {
+    "word": READING, "scrambled_word": ("scrambled",), "face": ("faces",), "object": ("objects",),
+}  # fmt: skip
+# Diet -> task -> weight of its share of the training examples. v2: reading 22.5 % (issue 47:
+# "about 20-25 %"), split evenly; the five non-reading tasks share the rest evenly.
+READING_SHARE = 0.225
+DIETS = {
+    "v1": {t: 1.0 for t in TASKS},
+    "v2": {t: READING_SHARE / 2 if t in READING else (1 - READING_SHARE) / 5 for t in ALL_TASKS},
+}
 SPECIALS = ("<pad>", "<query>", "<yes>", "<no>", *(f"<{t}>" for t in TASKS))
 SENTENCE_WORDS = (*stimuli.SHAPES, "left", "right", "of")
-VOCAB = (*SPECIALS, *stimuli.LETTERS, *(f"<{w}>" for w in SENTENCE_WORDS))
+# The new tasks' tokens come last, so the first diet's ids (and its model's vocabulary size,
+# `vocab_size`) are what they were.
+V1_VOCAB = (*SPECIALS, *stimuli.LETTERS, *(f"<{w}>" for w in SENTENCE_WORDS))
+VOCAB = (*V1_VOCAB, *(f"<{t}>" for t in NEW_TASKS))
 TOKEN = {s: i for i, s in enumerate(VOCAB)}
+SCRAMBLED_WIDE = 55  # px: about the median ink width of scrambled training strings (jitter 0)
 PAD, QUERY, YES, NO = (TOKEN[s] for s in SPECIALS[:4])
 SENTENCE_LEN = 4  # words: "<shape> left|right of <shape>"
 MAX_LETTERS = 7  # the longest letter string (`stimuli.word_list`, `stimuli.pseudowords`)
 # task, sentence, query, yes/no | task, query, the longest answer (every letter, spelled)
 TEXT_LEN = max(1 + SENTENCE_LEN + 1 + 1, 1 + 1 + MAX_LETTERS)
 SPLITS = {"val": (0, 50), "eval": (50, 100), "train": (100, 1000)}  # per-mille hash buckets
+
+
+def check_diet(diet: str) -> dict:
+    """The diet's task weights, or a one-line error naming it."""
+    if diet not in DIETS:
+        raise ConfigError(f"unknown diet {diet!r}; expected one of {tuple(DIETS)}")
+    return DIETS[diet]
+
+
+def vocab_size(diet: str) -> int:
+    """The model's vocabulary for a diet: the first diet's model has no new task tokens."""
+    check_diet(diet)
+    return len(V1_VOCAB) if diet == "v1" else len(VOCAB)
 
 
 def in_split(text: str, split: str) -> bool:
@@ -120,14 +160,15 @@ class Curriculum:
     `jitter` (the final stimuli's, `stimuli.render_text`; evaluation uses it) at `jitter_to`;
     lexical decision joins the uniform task mixture at `lexical_from` (before it the other
     three tasks share the batch). spell: the letter read-out answers every letter of the
-    string, not the first and last. The defaults are the plain stream: every task at full
-    jitter from step 0."""
+    string, not the first and last. diet: the tasks and their shares (`DIETS`). The defaults
+    are the plain stream: the first diet's tasks at full jitter from step 0."""
 
     jitter: float = 1.0
     jitter_from: int = 0
     jitter_to: int = 0
     lexical_from: int = 0
     spell: bool = False
+    diet: str = "v1"
 
     def __post_init__(self):
         if not 0 <= self.jitter_from <= self.jitter_to or self.lexical_from < 0:
@@ -137,6 +178,7 @@ class Curriculum:
             )
         if not 0.0 <= self.jitter <= 1.0:
             raise ConfigError(f"curriculum jitter must be in [0, 1], got {self.jitter}")
+        check_diet(self.diet)
 
     def jitter_at(self, step: int) -> float:
         if step >= self.jitter_to:
@@ -145,16 +187,25 @@ class Curriculum:
         return self.jitter * max(0.0, ramp)
 
     def tasks(self, step: int) -> tuple[str, ...]:
-        return TASKS if step >= self.lexical_from else tuple(t for t in TASKS if t != "lexical")
+        names = tuple(DIETS[self.diet])
+        return names if step >= self.lexical_from else tuple(t for t in names if t != "lexical")
+
+    def draw(self, rng: np.random.Generator, step: int) -> str:
+        """A task of batch `step` by the diet's shares (an even diet: one integer draw, the
+        stream the first diet has always had)."""
+        names = self.tasks(step)
+        weights = np.array([DIETS[self.diet][t] for t in names])
+        if np.all(weights == weights[0]):
+            return names[int(rng.integers(len(names)))]
+        return names[int(rng.choice(len(names), p=weights / weights.sum()))]
 
 
 def curriculum_example(
     rng: np.random.Generator, step: int, strings: LetterStrings, curriculum: Curriculum
 ) -> dict:
-    """One training example of batch `step`: a task drawn uniformly from the curriculum's
-    tasks at that step, its letter strings at the step's jitter."""
-    names = curriculum.tasks(step)
-    task = names[int(rng.integers(len(names)))]
+    """One training example of batch `step`: a task drawn by the diet's shares from the
+    curriculum's tasks at that step, its letter strings at the step's jitter."""
+    task = curriculum.draw(rng, step)
     return task_example(
         rng, task, strings, jitter=curriculum.jitter_at(step), spell=curriculum.spell
     )
@@ -178,7 +229,9 @@ def task_example(
     """One example of `task` (the lesion evaluation's per-task sets); `jitter` scales the
     letter strings' random size and place (`stimuli.render_text`); spell: the letter read-out
     answers every letter of the string, not the first and last."""
-    task_id = TASKS.index(task)
+    if task not in ALL_TASKS:
+        raise ValueError(f"unknown task {task!r}; expected one of {ALL_TASKS}")
+    task_id = ALL_TASKS.index(task)
     if task == "lexical":
         text, real = strings.draw(rng, lexical=True)
         return lexical_example(text, real, fonts[rng.integers(len(fonts))], rng, jitter)
@@ -189,10 +242,30 @@ def task_example(
     elif task == "shapes":
         image, label, _ = stimuli.shape_comparison(rng)
         out = encode(task, [YES if label else NO])
+    elif task in NEW_TASKS:
+        image, label = new_task_image(task, rng, strings, fonts, jitter)
+        out = encode(task, [YES if label else NO])
     else:
         image, sentence, label = stimuli.sentence_picture(rng)
         out = encode(task, [YES if label else NO], sentence)
     return {**out, "image": image[:, :, None], "task": np.int32(task_id)}
+
+
+def new_task_image(task: str, rng, strings: LetterStrings, fonts, jitter: float):
+    """(image, label) of a re-test task on a localiser category, drawn by the localiser's own
+    generator (`stimuli.localiser_images`): faces and objects as they are; the scrambled
+    strings are the lexical task's strings (lexicon words or pseudowords) rendered and
+    scrambled as the localiser's "scrambled_word" images are."""
+    if task == "faces":
+        smile = bool(rng.random() < 0.5)
+        return stimuli.face(rng, smile=smile), smile
+    if task == "objects":
+        image, kinds = stimuli.line_object_parts(rng)
+        return image, "ellipse" in kinds
+    text, _ = strings.draw(rng, lexical=True)
+    image = stimuli.render_text(text, fonts[rng.integers(len(fonts))], rng, jitter)
+    image = stimuli.scramble(image, rng)
+    return image, stimuli.ink_width(image) > SCRAMBLED_WIDE
 
 
 def lexical_example(
