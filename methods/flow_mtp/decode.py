@@ -42,6 +42,10 @@ class Generated(NamedTuple):
     accepted: jax.Array  # tokens accepted over all (row, round) teacher calls
     calls: jax.Array  # (row, round) pairs: teacher calls, one per row per round it was active
     rounds: jax.Array  # rounds run (the slowest row's)
+    # Per row: the sums above are their totals. accepted / calls is a mean over calls, so a row
+    # in hard text (short rounds, many calls) weighs more than in a mean over positions.
+    accepted_B: jax.Array
+    calls_B: jax.Array
 
 
 def generate(
@@ -70,7 +74,7 @@ def generate(
         return jnp.any(carry[2] < end)
 
     def body(carry):
-        buf_BW, mask_BW, length_B, rng, accepted, calls, rounds = carry
+        buf_BW, mask_BW, length_B, rng, calls_B, rounds = carry
         rng, key = jax.random.split(rng)
         u_BK = jax.random.uniform(key, (B, L + 1), jnp.float32)
         window_BC = length_B[:, None] - C + jnp.arange(C)[None, :]
@@ -95,12 +99,12 @@ def generate(
             mask_BW,
             length_B + num_B,
             rng,
-            accepted + num_B.sum(),
-            calls + active_B.sum(),
+            calls_B + active_B,
             rounds + 1,
         )
 
-    zero = jnp.zeros((), jnp.int32)
-    init = (buf_BW, mask_BW, jnp.full((B,), C, jnp.int32), rng, zero, zero, zero)
-    buf_BW, _, _, _, accepted, calls, rounds = jax.lax.while_loop(cond, body, init)
-    return Generated(buf_BW[:, C:end], accepted, calls, rounds)
+    zero_B = jnp.zeros((B,), jnp.int32)
+    init = (buf_BW, mask_BW, jnp.full((B,), C, jnp.int32), rng, zero_B, jnp.int32(0))
+    buf_BW, _, length_B, _, calls_B, rounds = jax.lax.while_loop(cond, body, init)
+    accepted_B = length_B - C  # every accepted token, the last round's overshoot included
+    return Generated(buf_BW[:, C:end], accepted_B.sum(), calls_B.sum(), rounds, accepted_B, calls_B)

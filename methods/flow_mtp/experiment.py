@@ -28,7 +28,7 @@ import jax
 from configs import flow_mtp as flow_mtp_config
 from core import cache, results, selection, train
 from core.claims import IntervalClaim, Report
-from methods.flow_mtp import code_experiment, experiment_cptp, make
+from methods.flow_mtp import code_experiment, experiment_code_v2, experiment_cptp, make
 
 SEEDS = (0, 1, 2)
 VARIANTS = {"ptp": True, "no_u": False}  # variant -> use_u
@@ -153,15 +153,21 @@ def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:
 # scratch (experiment_cptp). The quick run is the toy part alone (the quick budget).
 RESULT_RUNS = ("full", "full_code", "full_cptp")
 PARTS = {"code": code_experiment, "cptp": experiment_cptp}
+# The re-test (issue 47; README, "Re-test (issue 47)"): records of their own, run by their own
+# commands (experiment_code_v2, experiment_cptp --v2). Each joins RESULT_RUNS in the commit that
+# adds its results file (tests/methods/test_flow_mtp_retest.py holds the two together).
+V2_RUNS = (experiment_code_v2.EXPERIMENT.run_name(quick=False), "full_cptp_v2")
 
 
 def claims_from_results(record: dict) -> list[IntervalClaim]:
     """The claims of one part's record (its part read from `record["run"]`)."""
     part = record["run"].partition("_")[2]
+    if part == "code_v2":
+        return experiment_code_v2.claims_from_results(record)
+    if part in ("cptp", "cptp_v2"):
+        return experiment_cptp.claims_cptp(record)
     if part == "code":
         return code_experiment.claims_code(record)
-    if part == "cptp":
-        return experiment_cptp.claims_cptp(record)
     return toy_claims(record)
 
 
