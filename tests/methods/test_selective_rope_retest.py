@@ -144,11 +144,11 @@ def test_full_v2_joins_result_runs_with_its_record():
 
 
 def fake_run(config, run_dir):
-    """Selective solves 1x and 4x (best at the authors' lr), RoPE and none sit at chance."""
+    """Selective solves 1x and 4x (best at the grid's middle rate), RoPE and none sit at chance."""
     del run_dir
     seed, pos = config.seed, config.model.position
     if pos == "selective":
-        score = 0.97 - 0.05 * abs(math.log(config.optim.lr / 5e-4)) + 0.005 * seed
+        score = 0.97 - 0.05 * abs(math.log(config.optim.lr / experiment_v2.LRS[1])) + 0.005 * seed
     else:
         score = 0.5 + 0.002 * seed + 0.001 * math.log(config.optim.lr)
     row = {f"validation/len512/{m}": score for m in retest.METRICS}
@@ -173,7 +173,7 @@ def test_v2_claims_derive_from_the_record_after_a_json_round_trip(tmp_path):
     edges = experiment_runner.edges(reread)
     assert {e["arm"] for e in edges} == {"gla/rope", "gla/none"}
     assert all("at chance" in e["open"] for e in edges)
-    assert experiment_runner.choices(reread)["gla/selective"].point == {"lr": 5e-4}
+    assert experiment_runner.choices(reread)["gla/selective"].point == {"lr": experiment_v2.LRS[1]}
 
 
 def test_two_workers_fill_the_cache_that_measure_reads(tmp_path):
