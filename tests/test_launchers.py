@@ -311,11 +311,12 @@ def test_one_summary_table_for_every_method():
 
 
 def test_from_results_reads_every_part_of_a_multi_part_experiment(tmp_path, capsys):
-    """flow_mtp's full run is three records (RESULT_RUNS); re-deriving reads each committed
-    file and gives every part's claims, in order, the same as each part's own function."""
+    """flow_mtp's full run is three records and its re-test two (RESULT_RUNS); re-deriving reads
+    each committed file and gives every part's claims, in order, the same as each part's own
+    function."""
     from core import results
     from launch import reproduce
-    from methods.flow_mtp import code_experiment, experiment, experiment_cptp
+    from methods.flow_mtp import code_experiment, experiment, experiment_code_v2, experiment_cptp
 
     (report,) = reproduce.reproduce(["flow_mtp"], str(tmp_path), False, from_results=True)
     records = {run: results.load("flow_mtp", run) for run in experiment.RESULT_RUNS}
@@ -323,6 +324,8 @@ def test_from_results_reads_every_part_of_a_multi_part_experiment(tmp_path, caps
         experiment.toy_claims(records["full"])
         + code_experiment.claims_code(records["full_code"])
         + experiment_cptp.claims_cptp(records["full_cptp"])
+        + experiment_code_v2.claims_from_results(records["full_code_v2"])
+        + experiment_cptp.claims_cptp(records["full_cptp_v2"])
     )
     assert [c.to_dict() for c in report.claims] == [c.to_dict() for c in expected]
     assert len({c.metric for c in report.claims}) == len(report.claims)  # no part read twice

@@ -21,7 +21,9 @@ Every (variant, seed) run is cached by config and code hash (`core.cache`).
 """
 
 import dataclasses
+import functools
 import os
+import types
 
 import jax
 
@@ -151,12 +153,18 @@ def measure(workdir: str, *, quick: bool = False, seeds=SEEDS) -> dict:
 # The full run has three parts, each its own record (launch.reproduce saves and re-derives each):
 # the toy teacher (this module), the code teacher vs Medusa (code_experiment) and C-PTP from
 # scratch (experiment_cptp). The quick run is the toy part alone (the quick budget).
-RESULT_RUNS = ("full", "full_code", "full_cptp")
-PARTS = {"code": code_experiment, "cptp": experiment_cptp}
-# The re-test (issue 47; README, "Re-test (issue 47)"): records of their own, run by their own
-# commands (experiment_code_v2, experiment_cptp --v2). Each joins RESULT_RUNS in the commit that
-# adds its results file (tests/methods/test_flow_mtp_retest.py holds the two together).
+# The re-test (issue 47; README, "Re-test (issue 47)"): two parts of their own, each its own
+# record, also run alone by their own commands (experiment_code_v2, experiment_cptp --v2). Each
+# joined RESULT_RUNS in the commit that added its results file
+# (tests/methods/test_flow_mtp_retest.py holds the two together).
+PARTS = {
+    "code": code_experiment,
+    "cptp": experiment_cptp,
+    "code_v2": experiment_code_v2,
+    "cptp_v2": types.SimpleNamespace(run=functools.partial(experiment_cptp.run, v2=True)),
+}
 V2_RUNS = (experiment_code_v2.EXPERIMENT.run_name(quick=False), "full_cptp_v2")
+RESULT_RUNS = ("full", *(f"full_{part}" for part in PARTS))
 
 
 def claims_from_results(record: dict) -> list[IntervalClaim]:

@@ -29,11 +29,13 @@ of the accepted-per-call difference and the power of claim 1 (`power`).
 
 import argparse
 import dataclasses
+import os
 
 import numpy as np
 
 from core import experiment_runner, results, stats
-from core.claims import IntervalClaim
+from core.claims import IntervalClaim, Report
+from core.errors import ConfigError
 from core.experiment_runner import Arm, ClaimSpec, Experiment
 from methods.flow_mtp import code_experiment, code_v2, lora_student
 
@@ -119,6 +121,19 @@ PILOT = dataclasses.replace(
 
 def claims_from_results(record: dict) -> list[IntervalClaim]:
     return experiment_runner.claims(EXPERIMENT, record)
+
+
+def run(workdir: str, *, quick: bool = False) -> Report:
+    """The full re-test of part `code` as a part of `experiment.run` (its own workdir)."""
+    if quick:
+        raise ConfigError("flow_mtp code_v2: a part of the full run only (--quick: main())")
+    record = experiment_runner.measure(EXPERIMENT, os.path.join(workdir, "code_v2"))
+    return Report.on_protocol(
+        method="flow_mtp",
+        claims=claims_from_results(record),
+        results=record,
+        command="python -m methods.flow_mtp.experiment_code_v2 --workdir=DIR",
+    )
 
 
 def power(effect: float, sd: float, n: int, margin: float, trials: int = 2000) -> float:

@@ -344,9 +344,10 @@ def test_a_full_run_reports_every_part_with_its_own_record(tmp_path, monkeypatch
             claim = IntervalClaim.at_least(self.part, f"{self.part}/x", [1.0, 1.1, 1.2], 0.5)
             return Report("flow_mtp", [claim], {}, results=record)
 
-    monkeypatch.setattr(experiment, "PARTS", {"code": Part("code"), "cptp": Part("cptp")})
+    parts = ("code", "cptp", "code_v2", "cptp_v2")
+    monkeypatch.setattr(experiment, "PARTS", {part: Part(part) for part in parts})
     report = experiment.run(str(tmp_path), quick=False)
     assert [r["run"] for r in report.results] == list(experiment.RESULT_RUNS)
-    assert [c.metric for c in report.claims][3:] == ["code/x", "cptp/x"]
+    assert [c.metric for c in report.claims][3:] == [f"{part}/x" for part in parts]
     quick = experiment.run(str(tmp_path), quick=True)
     assert isinstance(quick.results, dict) and len(quick.claims) == 3
