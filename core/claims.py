@@ -25,6 +25,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from core import stats
 from core.errors import ConfigError
 
@@ -186,6 +188,20 @@ def tally(claims) -> Tally:
     paper = [c.holds for c in claims if not is_exploratory(c)]
     explored = [c.holds for c in claims if is_exploratory(c)]
     return Tally(sum(paper), len(paper), sum(explored), len(explored))
+
+
+def power(form: str, mean: float, sd: float, n: int, margin: float, trials: int = 2000) -> float:
+    """The chance that a claim of `form` with `margin` holds (its bootstrap interval's end past
+    the threshold, as `core.stats.interval` computes it) when its n values (per seed, or paired
+    differences for beats / no_worse) are normal with `mean` and `sd`. Monte Carlo, seeded: what
+    a pilot's spread says about a claim before the run."""
+    if form not in _FORMS:
+        raise ConfigError(f"claim form={form!r}; expected one of: {', '.join(_FORMS)}")
+    end, sign = _FORMS[form]
+    draws = np.random.default_rng(0).normal(mean, sd, size=(trials, n))
+    ends = [getattr(stats.interval(d, seed=i), end) for i, d in enumerate(draws)]
+    held = [e > sign * margin if end == "low" else e < sign * margin for e in ends]
+    return float(np.mean(held))
 
 
 @dataclasses.dataclass

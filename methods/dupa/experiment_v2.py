@@ -38,7 +38,7 @@ from ml_collections import ConfigDict
 
 from configs import dupa as dupa_config
 from core import experiment_runner, results, stats
-from core.claims import IntervalClaim
+from core.claims import IntervalClaim, power
 from core.experiment_runner import Arm, ClaimSpec, Experiment
 from methods.dupa import collapse_check, retest
 
@@ -116,15 +116,6 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
     return experiment_runner.claims(EXPERIMENT, record)
 
 
-def power(effect: float, sd: float, n: int, margin: float, trials: int = 2000) -> float:
-    """The chance that a `beats` claim holds (the bootstrap interval's low end of n paired
-    differences above `margin`, as `core.stats.interval` computes it) when the differences are
-    normal with mean `effect` and standard deviation `sd`. Monte Carlo, seeded."""
-    rng = np.random.default_rng(0)
-    draws = rng.normal(effect, sd, size=(trials, n))
-    return float(np.mean([stats.interval(d, seed=i).low > margin for i, d in enumerate(draws)]))
-
-
 def pilot_spread(record: dict) -> dict[str, float]:
     """The sd over seeds of each pair's paired validation log-FD difference."""
     by_arm = {a: results.by_seed(record["rows"], "validation/log_fd", arm=a) for a in ARMS}
@@ -149,7 +140,7 @@ def main() -> None:
         record = experiment_runner.measure(PILOT, args.workdir)
         for pair, sd in pilot_spread(record).items():
             chances = ", ".join(
-                f"n={n}: {power(PAPER_EFFECT, sd, n, MARGIN):.2f}" for n in (3, 4, 5, 6, 8)
+                f"n={n}: {power('beats', PAPER_EFFECT, sd, n, MARGIN):.2f}" for n in (3, 4, 5, 6, 8)
             )
             print(f"validation log FD, {pair}: paired sd {sd:.4f}; power at 10 % ({chances})")
         return

@@ -34,7 +34,7 @@ import os
 import numpy as np
 
 from core import experiment_runner, results, stats
-from core.claims import IntervalClaim, Report
+from core.claims import IntervalClaim, Report, power
 from core.errors import ConfigError
 from core.experiment_runner import Arm, ClaimSpec, Experiment
 from methods.flow_mtp import code_experiment, code_v2, lora_student
@@ -136,15 +136,6 @@ def run(workdir: str, *, quick: bool = False) -> Report:
     )
 
 
-def power(effect: float, sd: float, n: int, margin: float, trials: int = 2000) -> float:
-    """The chance that a `beats` claim holds (the bootstrap interval's low end of n paired
-    differences above `margin`, as `core.stats.interval` computes it) when the differences are
-    normal with mean `effect` and standard deviation `sd`. Monte Carlo, seeded."""
-    rng = np.random.default_rng(0)
-    draws = rng.normal(effect, sd, size=(trials, n))
-    return float(np.mean([stats.interval(d, seed=i).low > margin for i, d in enumerate(draws)]))
-
-
 def pilot_spread(record: dict) -> dict:
     """Mean and sd over seeds of the paired PTP - Medusa accepted-per-call difference."""
     by_arm = {a: results.by_seed(record["rows"], "test/accepted_per_call", arm=a)
@@ -188,7 +179,9 @@ def main() -> None:
     if args.pilot:
         spread = experiment_runner.measure(PILOT, args.workdir)
         s = pilot_spread(spread)
-        chances = ", ".join(f"n={n}: {power(s['mean'], s['sd'], n, MARGIN):.2f}" for n in (3, 5, 8))
+        chances = ", ".join(
+            f"n={n}: {power('beats', s['mean'], s['sd'], n, MARGIN):.2f}" for n in (3, 5, 8)
+        )
         print(f"accepted per call, PTP - Medusa: {s['mean']:.3f}, paired sd {s['sd']:.3f}; "
               f"power of claim 1 at the pilot's effect ({chances})")  # fmt: skip
         return

@@ -41,8 +41,8 @@ import dataclasses
 import numpy as np
 
 from configs import selective_rope as sr_config
-from core import experiment_runner, results, stats
-from core.claims import IntervalClaim
+from core import experiment_runner, results
+from core.claims import IntervalClaim, power
 from core.errors import ConfigError
 from core.experiment_runner import Arm, ClaimSpec, Experiment
 from methods.selective_rope import report, retest
@@ -229,16 +229,6 @@ def fill(exp: Experiment, workdir: str, worker: int, workers: int) -> None:
 
 def claims_from_results(record: dict) -> list[IntervalClaim]:
     return experiment_runner.claims(EXPERIMENT, record)
-
-
-def power(form: str, mean: float, sd: float, n: int, target: float, trials: int = 2000) -> float:
-    """The chance that an `at_least` (or `at_most`) claim holds, its bootstrap interval's low
-    (high) end above (below) `target` as `core.stats.interval` computes it, when the n seeds'
-    values are normal with `mean` and `sd`. Monte Carlo, seeded."""
-    draws = np.random.default_rng(0).normal(mean, sd, size=(trials, n))
-    ends = [stats.interval(d, seed=i) for i, d in enumerate(draws)]
-    held = [iv.low > target if form == "at_least" else iv.high < target for iv in ends]
-    return float(np.mean(held))
 
 
 def pilot_summary(record: dict) -> list[str]:

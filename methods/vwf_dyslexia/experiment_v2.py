@@ -44,8 +44,8 @@ import dataclasses
 import numpy as np
 
 from configs import vwf_dyslexia as vwf_config
-from core import experiment_runner, results, stats
-from core.claims import IntervalClaim
+from core import experiment_runner, results
+from core.claims import IntervalClaim, power
 from core.experiment_runner import Arm, ClaimSpec, Experiment
 from methods.vwf_dyslexia import retest
 
@@ -162,15 +162,6 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
     return experiment_runner.claims(EXPERIMENT, record)
 
 
-def power(effect: float, sd: float, n: int, margin: float, trials: int = 2000) -> float:
-    """The chance that an at_least claim holds (the bootstrap interval's low end of n per-seed
-    values above `margin`, as `core.stats.interval` computes it) when the values are normal
-    with mean `effect` and standard deviation `sd`. Monte Carlo, seeded."""
-    rng = np.random.default_rng(0)
-    draws = rng.normal(effect, sd, size=(trials, n))
-    return float(np.mean([stats.interval(d, seed=i).low > margin for i, d in enumerate(draws)]))
-
-
 def pilot_spread(record: dict) -> dict[str, float]:
     """The sd over seeds of each claim's metric."""
     return {
@@ -212,7 +203,7 @@ def main() -> None:
             line = f"{metric}: sd over seeds {sd:.4f}"
             if metric in PAPER_EFFECT:
                 chances = ", ".join(
-                    f"n={n}: {power(PAPER_EFFECT[metric], sd, n, margins[metric]):.2f}"
+                    f"n={n}: {power('at_least', PAPER_EFFECT[metric], sd, n, margins[metric]):.2f}"
                     for n in (3, 4, 5)
                 )
                 line += f"; power at the paper's {PAPER_EFFECT[metric]:.2f} ({chances})"

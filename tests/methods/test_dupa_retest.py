@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from configs import dupa as dupa_config
-from core import experiment_runner, results
+from core import claims, experiment_runner, results
 from core.errors import ConfigError
 from methods import dupa
 from methods.dupa import align, experiment, experiment_v2, retest
@@ -163,8 +163,8 @@ def test_the_pilot_gives_each_pairs_paired_spread_and_a_power_that_grows_with_se
     # dupa - dual = log(36/40) + .02 seed: sd of (0, .02, .04) = .02.
     assert spread["dual - dupa"] == pytest.approx(0.02)
     effect, margin = experiment_v2.PAPER_EFFECT, experiment_v2.MARGIN
-    assert experiment_v2.power(effect, 0.02, 5, margin) > experiment_v2.power(
-        effect, 0.02, 3, margin
+    assert claims.power("beats", effect, 0.02, 5, margin) > claims.power(
+        "beats", effect, 0.02, 3, margin
     )
 
 
