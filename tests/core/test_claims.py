@@ -63,19 +63,22 @@ def test_exploratory_rows_are_counted_apart_from_the_papers_claims():
 
 
 def test_a_claims_power_follows_its_form_its_margin_and_the_spread():
+    TRIALS = 200  # each trial is a 10,000-resample interval; the bounds below hold at 200
     # Values far past the threshold: the claim (almost) always holds; at the threshold, about
     # as often as the interval's end clears it, well under half; at_most mirrors at_least.
-    assert power("at_least", 0.99, 0.01, 3, 0.9) > 0.99
-    assert power("at_least", 0.9, 0.05, 5, 0.9) < 0.2
-    assert power("at_most", 0.5, 0.01, 3, 0.6) > 0.99
-    assert power("at_most", 0.62, 0.01, 3, 0.6) < 0.01
+    assert power("at_least", 0.99, 0.01, 3, 0.9, trials=TRIALS) > 0.99
+    assert power("at_least", 0.9, 0.05, 5, 0.9, trials=TRIALS) < 0.2
+    assert power("at_most", 0.5, 0.01, 3, 0.6, trials=TRIALS) > 0.99
+    assert power("at_most", 0.62, 0.01, 3, 0.6, trials=TRIALS) < 0.01
     # no_worse's threshold is -margin: a true difference of 0 clears -0.1 when the spread is small
-    assert power("no_worse", 0.0, 0.01, 3, 0.1) > 0.99
-    assert power("beats", 0.0, 0.01, 3, 0.1) < 0.01
+    assert power("no_worse", 0.0, 0.01, 3, 0.1, trials=TRIALS) > 0.99
+    assert power("beats", 0.0, 0.01, 3, 0.1, trials=TRIALS) < 0.01
     # More seeds, more power at a fixed effect (beats at the margin plus 1.5 sd).
-    assert power("beats", 0.25, 0.1, 8, 0.1) > power("beats", 0.25, 0.1, 3, 0.1)
+    assert power("beats", 0.25, 0.1, 8, 0.1, trials=TRIALS) > power(
+        "beats", 0.25, 0.1, 3, 0.1, trials=TRIALS
+    )
     with pytest.raises(ConfigError, match="form='larger'"):
-        power("larger", 0.0, 1.0, 3, 0.0)
+        power("larger", 0.0, 1.0, 3, 0.0, trials=TRIALS)
 
 
 def test_unknown_form_is_a_one_line_error():
