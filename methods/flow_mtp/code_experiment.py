@@ -143,14 +143,14 @@ def proposer(variant: str, teacher, s: Settings, params, *, greedy: bool = False
     return medusa.drafter(teacher, params, greedy=greedy)
 
 
-@functools.cache
-def _eval_fns(variant: str, teacher_cfg, s: Settings, greedy: bool):
-    """(correct, generate) jitted once per shape: params and teacher params are arguments, so
-    every seed and learning rate reuses the compiled programs."""
+def jitted_evals(teacher_cfg, s, proposer_of):
+    """(correct, generate) for the drafter `proposer_of(teacher, params)` builds, jitted once:
+    params and teacher params are arguments, so every seed and learning rate reuses the
+    compiled programs (the caller caches this per drafter and shape)."""
 
     def propose_of(params, teacher_params):
         teacher = code_teacher.CodeTeacher(teacher_cfg, teacher_params)
-        return teacher, proposer(variant, teacher, s, params, greedy=greedy)
+        return teacher, proposer_of(teacher, params)
 
     @jax.jit
     def correct(params, teacher_params, context_BC, mask_BC, u_BL, completion_BL):
@@ -172,6 +172,14 @@ def _eval_fns(variant: str, teacher_cfg, s: Settings, greedy: bool):
         )
 
     return correct, generate
+
+
+@functools.cache
+def _eval_fns(variant: str, teacher_cfg, s: Settings, greedy: bool):
+    """`jitted_evals` of v1's drafter `variant`, once per shape."""
+    return jitted_evals(
+        teacher_cfg, s, lambda teacher, params: proposer(variant, teacher, s, params, greedy=greedy)
+    )
 
 
 def correct_prefix(variant, teacher, s, params, pool: dict, *, greedy: bool = False) -> float:

@@ -28,15 +28,12 @@ import numpy as np
 from configs.common import base_config, set_training
 from core import corpus, results, train
 from methods.flow_mtp import (
-    bins,
     code_drafters,
     code_experiment,
     code_teacher,
-    decode,
     lora_student,
     medusa,
 )
-from methods.flow_mtp.code_drafters import TRANSFORM
 
 DRAFTERS = ("ptp", "medusa")
 # The pools and the teacher depend on these (and core/); the drafters' runs on these and more
@@ -143,27 +140,10 @@ def _proposer(drafter, teacher, s, lora, params, greedy):
 
 @functools.cache
 def _eval_fns(drafter, teacher_cfg, s, lora, greedy: bool):
-    """(correct, generate), jitted once per shape (params are arguments)."""
-
-    def propose_of(params, teacher_params):
-        teacher = code_teacher.CodeTeacher(teacher_cfg, teacher_params)
-        return teacher, _proposer(drafter, teacher, s, lora, params, greedy)
-
-    @jax.jit
-    def correct(params, teacher_params, context_BC, mask_BC, u_BL, completion_BL):
-        _, propose = propose_of(params, teacher_params)
-        return bins.leading_matches(propose(context_BC, mask_BC, u_BL), completion_BL)
-
-    @jax.jit
-    def generate(params, teacher_params, prompt_BC, mask_BC, key):
-        teacher, propose = propose_of(params, teacher_params)
-        probs_fn = decode.markov_teacher_probs(teacher, TRANSFORM)
-        return decode.generate(
-            propose, probs_fn, prompt_BC, mask_BC, key,
-            num_tokens=s.decode_tokens, completion_len=s.completion_len,
-        )  # fmt: skip
-
-    return correct, generate
+    """(correct, generate) of `drafter` (`code_experiment.jitted_evals`), once per shape."""
+    return code_experiment.jitted_evals(
+        teacher_cfg, s, lambda teacher, params: _proposer(drafter, teacher, s, lora, params, greedy)
+    )
 
 
 def correct_prefix(fns, params, teacher, arrays: dict, chunk: int = 512) -> float:
