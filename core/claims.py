@@ -22,7 +22,7 @@ import dataclasses
 import operator
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -188,6 +188,11 @@ def tally(claims) -> Tally:
     paper = [c.holds for c in claims if not is_exploratory(c)]
     explored = [c.holds for c in claims if is_exploratory(c)]
     return Tally(sum(paper), len(paper), sum(explored), len(explored))
+
+
+def verdict_lines(claims: Iterable) -> list[str]:
+    """One line per claim for a terminal: "holds" or "NO", its text and what was measured."""
+    return [f"{'holds' if c.holds else 'NO   '}  {c.text}: {c.measured_text()}" for c in claims]
 
 
 def power(form: str, mean: float, sd: float, n: int, margin: float, trials: int = 2000) -> float:

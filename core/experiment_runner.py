@@ -152,7 +152,7 @@ def _jsonable(config: Any) -> Any:
     return config.to_dict() if hasattr(config, "to_dict") else config
 
 
-def _label(slug: str, arm: str, point: dict, seed: int) -> str:
+def job_label(slug: str, arm: str, point: dict, seed: int) -> str:
     values = (f"{a}={v:g}" if isinstance(v, float) else f"{a}={v}" for a, v in point.items())
     return " ".join([f"{slug} {arm}", *values, f"seed {seed}"])
 
@@ -186,7 +186,7 @@ def measure(experiment: Experiment, workdir: str, *, quick: bool = False) -> dic
             for seed in seeds:
                 config = e.config_of(arm, point, seed, quick)
                 first_configs.setdefault(arm.name, _jsonable(config))
-                label = _label(e.slug, arm.name, point, seed)
+                label = job_label(e.slug, arm.name, point, seed)
                 metrics = run_one(e, config, code, workdir, label)
                 where = {e.arm_key: arm.name, **point, "seed": seed}
                 if set(where) & set(metrics):

@@ -43,13 +43,24 @@ def source_files(slug: str | None = None, repo: str = REPO) -> list[str]:
 
 
 READERS = ("experiment.py", "report.py", "bench.py")
+# The core's modules that read a run's numbers or order runs without changing one: a claim's
+# interval and power, validation-only selection, the experiment runner's loop and its command
+# line. Out of every run's code key, so editing them retrains nothing (a grid half-way through
+# resumes from its cache at a later commit).
+CORE_READERS = (
+    "core/claims.py",
+    "core/selection.py",
+    "core/experiment_runner.py",
+    "core/experiment_cli.py",
+)
 
 
 def run_sources(slug: str, *, besides: Iterable[str] = READERS) -> tuple:
-    """`source_files(slug)` without the method's files that only read numbers (its experiment's
-    claims and grids, `report.py`'s tables and figures of a record; its benchmark): the code key
-    of a run cache, so that editing a claim or widening a grid refits only the new points."""
-    leave_out = {f"methods/{slug}/{name}" for name in besides}
+    """`source_files(slug)` without the files that only read numbers (the method's `besides`: its
+    experiment's claims and grids, `report.py`'s tables and figures of a record, its benchmark;
+    and CORE_READERS): the code key of a run cache, so that editing a claim or widening a grid
+    refits only the new points."""
+    leave_out = {f"methods/{slug}/{name}" for name in besides} | set(CORE_READERS)
     return tuple(f for f in source_files(slug) if f not in leave_out)
 
 

@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from core import cycles, results, train
-from core.claims import IntervalClaim, Report
+from core.claims import IntervalClaim, Report, verdict_lines
 from methods.doit import on_digits, on_transfer, problems
 from methods.doit.runs import SINGLES, Runner, arms, shares, task_config
 
@@ -278,8 +278,7 @@ def main() -> None:
     args = parser.parse_args()
     compile_cache.enable()
     report = run(args.workdir, runs=tuple(args.run))
-    for claim in report.claims:
-        print(f"{'holds' if claim.holds else 'NO   '}  {claim.text}: {claim.measured_text()}")
+    print("\n".join(verdict_lines(report.claims)))
     records = report.results if isinstance(report.results, list) else [report.results]
     for record in records:
         print("saved", results.save(record))

@@ -51,7 +51,7 @@ import numpy as np
 
 from configs import dupa as dupa_config
 from core import cache, experiment_runner, results, train
-from core.claims import IntervalClaim, Report
+from core.claims import IntervalClaim, Report, verdict_lines
 from methods.dupa import evaluation, experiment_v2, make, model_config
 
 SEEDS = (0, 1, 2)
@@ -338,8 +338,7 @@ def main() -> None:
     args = parser.parse_args()
     compile_cache.enable()
     report = run(args.workdir, runs=(args.run,))
-    for claim in report.claims:
-        print(f"{'holds' if claim.holds else 'NO   '}  {claim.text}: {claim.measured_text()}")
+    print("\n".join(verdict_lines(report.claims)))
     print("saved", results.save(report.results))
     here = os.path.dirname(os.path.abspath(__file__))
     for figure in report.figures:

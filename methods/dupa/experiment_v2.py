@@ -28,7 +28,6 @@ the paired spread of validation log FD and the power of claims 1-2 at the paper'
 (`power`); it must run, and the README state its numbers, before the grid.
 """
 
-import argparse
 import dataclasses
 import itertools
 import math
@@ -37,7 +36,7 @@ import numpy as np
 from ml_collections import ConfigDict
 
 from configs import dupa as dupa_config
-from core import experiment_runner, results, stats
+from core import experiment_cli, experiment_runner, results, stats
 from core.claims import IntervalClaim, power
 from core.experiment_runner import Arm, ClaimSpec, Experiment
 from methods.dupa import collapse_check, retest
@@ -126,28 +125,28 @@ def pilot_spread(record: dict) -> dict[str, float]:
     return out
 
 
-def main() -> None:
-    """The pilot (its spread and the claims' power), or the grid (saved as results/full_v2.json,
-    its claims printed)."""
-    from core import compile_cache
+def pilot_lines(record: dict) -> list[str]:
+    """Each pair's paired spread, and the power of claims 1 and 2 at the paper's 10 % with it."""
+    lines = []
+    for pair, sd in pilot_spread(record).items():
+        chances = ", ".join(
+            f"n={n}: {power('beats', PAPER_EFFECT, sd, n, MARGIN):.2f}" for n in (3, 4, 5, 6, 8)
+        )
+        lines.append(f"validation log FD, {pair}: paired sd {sd:.4f}; power at 10 % ({chances})")
+    return lines
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--pilot", action="store_true")
-    args = parser.parse_args()
-    compile_cache.enable()
-    if args.pilot:
-        record = experiment_runner.measure(PILOT, args.workdir)
-        for pair, sd in pilot_spread(record).items():
-            chances = ", ".join(
-                f"n={n}: {power('beats', PAPER_EFFECT, sd, n, MARGIN):.2f}" for n in (3, 4, 5, 6, 8)
-            )
-            print(f"validation log FD, {pair}: paired sd {sd:.4f}; power at 10 % ({chances})")
-        return
-    record = experiment_runner.measure(EXPERIMENT, args.workdir)
-    print("saved", results.save(record))
-    for claim in claims_from_results(record):
-        print(f"{'holds' if claim.holds else 'NO   '}  {claim.text}: {claim.measured_text()}")
+
+def main() -> None:
+    """The pilot (its spread and the claims' power), or the grid (in one process or several:
+    --worker/--workers; saved as results/full_v2.json, its claims printed), or --from_results
+    (`core.experiment_cli`)."""
+    experiment_cli.main(
+        EXPERIMENT,
+        claims_from_results=claims_from_results,
+        pilot=PILOT,
+        pilot_lines=pilot_lines,
+        description=main.__doc__,
+    )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import os
 import numpy as np
 
 from core import experiment_runner, results, stats
-from core.claims import IntervalClaim, Report, power
+from core.claims import IntervalClaim, Report, power, verdict_lines
 from core.errors import ConfigError
 from core.experiment_runner import Arm, ClaimSpec, Experiment
 from methods.flow_mtp import code_experiment, code_v2, lora_student
@@ -195,8 +195,7 @@ def main() -> None:
     record["teacher"] = code_v2.teacher_of(QUICK if args.quick else V2, args.workdir)[1]
     if not args.quick:
         print("saved", results.save(record))
-    for claim in claims_from_results(record):
-        print(f"{'holds' if claim.holds else 'NO   '}  {claim.text}: {claim.measured_text()}")
+    print("\n".join(verdict_lines(claims_from_results(record))))
 
 
 if __name__ == "__main__":

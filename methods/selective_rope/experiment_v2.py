@@ -35,13 +35,12 @@ and checkpoint (at 3 seeds an interval's end is about the extreme seed); "explor
 ours, not the paper's, and are counted apart.
 """
 
-import argparse
 import dataclasses
 
 import numpy as np
 
 from configs import selective_rope as sr_config
-from core import experiment_runner, results
+from core import experiment_cli, experiment_runner, results
 from core.claims import IntervalClaim, power
 from core.errors import ConfigError
 from core.experiment_runner import Arm, ClaimSpec, Experiment
@@ -209,24 +208,6 @@ PILOT = experiment(
 SMOKE_EXPERIMENT = experiment(SMOKE, "v2_smoke")
 
 
-def fill(exp: Experiment, workdir: str, worker: int, workers: int) -> None:
-    """This worker's share of `exp`'s runs, every `workers`-th (arm, lr, seed) from the
-    `worker`-th, through the runner's cache (the same entries `measure` reads)."""
-    if not 0 <= worker < workers:
-        raise ConfigError(f"selective_rope v2: worker={worker} must be in [0, workers={workers})")
-    code = results.source_hash(exp.sources)
-    jobs = [
-        (arm, point, seed)
-        for arm in exp.arms
-        for point in experiment_runner.points(arm.grid)
-        for seed in exp.seeds
-    ]
-    for arm, point, seed in jobs[worker::workers]:
-        config = exp.config_of(arm, point, seed, False)
-        label = f"{exp.slug} {arm.name} lr={point['lr']:g} seed {seed} (worker {worker})"
-        experiment_runner.run_one(exp, config, code, workdir, label)
-
-
 def claims_from_results(record: dict) -> list[IntervalClaim]:
     return experiment_runner.claims(EXPERIMENT, record)
 
@@ -256,45 +237,18 @@ def pilot_summary(record: dict) -> list[str]:
 
 
 def main() -> None:
-    """The smoke run, the pilot (its spread and the claims' power), the grid (saved as
-    results/full_v2.json, its claims printed) or, with --from_results, its tables."""
-    from core import compile_cache
-
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--workdir")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--smoke", action="store_true")
-    mode.add_argument("--pilot", action="store_true")
-    mode.add_argument("--from_results", action="store_true")
-    parser.add_argument("--worker", type=int, default=0, help="with --workers: this share")
-    parser.add_argument("--workers", type=int, default=1, help="> 1: fill the cache, no record")
-    args = parser.parse_args()
-    if args.from_results:
-        record = results.load("selective_rope", EXPERIMENT.run_name(quick=False))
-        print(report.table(record))
-        for claim in claims_from_results(record):
-            print(f"{'holds' if claim.holds else 'NO   '}  {claim.text}: {claim.measured_text()}")
-        return
-    if not args.workdir:
-        parser.error("--workdir is required to train")
-    compile_cache.enable()
-    if args.smoke:
-        record = experiment_runner.measure(SMOKE_EXPERIMENT, args.workdir)
-        print(report.table(record))
-        for claim in experiment_runner.claims(SMOKE_EXPERIMENT, record):
-            print(f"{'holds' if claim.holds else 'NO   '}  {claim.text}: {claim.measured_text()}")
-        return
-    if args.workers > 1:
-        fill(PILOT if args.pilot else EXPERIMENT, args.workdir, args.worker, args.workers)
-        return
-    if args.pilot:
-        print("\n".join(pilot_summary(experiment_runner.measure(PILOT, args.workdir))))
-        return
-    record = experiment_runner.measure(EXPERIMENT, args.workdir)
-    print("saved", results.save(record))
-    print(report.table(record))
-    for claim in claims_from_results(record):
-        print(f"{'holds' if claim.holds else 'NO   '}  {claim.text}: {claim.measured_text()}")
+    """The smoke run, the pilot (its spread and the claims' power), the grid (in one process or
+    several: --worker/--workers; saved as results/full_v2.json, its claims printed) or, with
+    --from_results, its tables (`core.experiment_cli`)."""
+    experiment_cli.main(
+        EXPERIMENT,
+        claims_from_results=claims_from_results,
+        pilot=PILOT,
+        pilot_lines=pilot_summary,
+        smoke=SMOKE_EXPERIMENT,
+        table=report.table,
+        description=main.__doc__,
+    )
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import jax
 import numpy as np
 
 from core import cache, results, selection
-from core.claims import IntervalClaim
+from core.claims import IntervalClaim, verdict_lines
 from methods.soft_thinking import evaluation, pretrained_eval, problems
 
 MODEL = "smollm2-135m-instruct"
@@ -290,5 +290,8 @@ if __name__ == "__main__":
     out = sys.argv[1] if len(sys.argv) > 1 else "results/workdirs/soft_thinking"
     saved = results.save(measure(out, quick=False))
     print(f"saved {saved}")
-    for claim in claims_from_results(results.load("soft_thinking", "full_pretrained")):
-        print(f"{'yes' if claim.holds else 'NO '}  {claim.text}: {claim.measured_text()}")
+    print(
+        "\n".join(
+            verdict_lines(claims_from_results(results.load("soft_thinking", "full_pretrained")))
+        )
+    )

@@ -25,7 +25,7 @@ from ml_collections import ConfigDict
 
 from configs import tte as tte_config
 from core import experiment_runner
-from core.claims import IntervalClaim
+from core.claims import IntervalClaim, verdict_lines
 from core.experiment_runner import Arm, ClaimSpec, Experiment
 from methods.tte import runs
 
@@ -91,5 +91,4 @@ if __name__ == "__main__":
     compile_cache.enable()
     out = sys.argv[1] if len(sys.argv) > 1 else "results/workdirs/tte"
     print(f"saved {results.save(measure(out))}")
-    for claim in claims_from_results(results.load("tte", "full_text")):
-        print(f"{'yes' if claim.holds else 'NO '}  {claim.text}: {claim.measured_text()}")
+    print("\n".join(verdict_lines(claims_from_results(results.load("tte", "full_text")))))

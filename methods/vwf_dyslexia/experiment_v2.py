@@ -38,13 +38,12 @@ Margins: the first study's (0.10, 0.05), set against the paper's effects (select
 per-seed spread is in the README, and the pilot prints it from this diet's own spread.
 """
 
-import argparse
 import dataclasses
 
 import numpy as np
 
 from configs import vwf_dyslexia as vwf_config
-from core import experiment_runner, results
+from core import experiment_cli, experiment_runner, results
 from core.claims import IntervalClaim, power
 from core.experiment_runner import Arm, ClaimSpec, Experiment
 from methods.vwf_dyslexia import retest
@@ -180,39 +179,34 @@ PAPER_EFFECT = {  # per claim metric: the paper's effect, for the pilot's power
 }
 
 
-def main() -> None:
-    """The smoke run (tiny sizes), the pilot (its spread and the claims' power), or the grid
-    (saved as results/full_v2.json, its claims printed)."""
-    from core import compile_cache
+def pilot_lines(record: dict) -> list[str]:
+    """Each claim metric's sd over the pilot's seeds, and the power at the paper's effect."""
+    margins = {spec.metric: spec.margin for spec in CLAIMS}
+    lines = []
+    for metric, sd in pilot_spread(record).items():
+        line = f"{metric}: sd over seeds {sd:.4f}"
+        if metric in PAPER_EFFECT:
+            chances = ", ".join(
+                f"n={n}: {power('at_least', PAPER_EFFECT[metric], sd, n, margins[metric]):.2f}"
+                for n in (3, 4, 5)
+            )
+            line += f"; power at the paper's {PAPER_EFFECT[metric]:.2f} ({chances})"
+        lines.append(line)
+    return lines
 
-    parser = argparse.ArgumentParser(description=main.__doc__)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--pilot", action="store_true")
-    parser.add_argument("--smoke", action="store_true")
-    args = parser.parse_args()
-    compile_cache.enable()
-    if args.smoke:
-        record = experiment_runner.measure(EXPERIMENT, args.workdir, quick=True)
-        for claim in claims_from_results(record):
-            print(f"smoke  {claim.text}: {claim.measured_text()}")
-        return
-    if args.pilot:
-        record = experiment_runner.measure(PILOT, args.workdir)
-        margins = {spec.metric: spec.margin for spec in CLAIMS}
-        for metric, sd in pilot_spread(record).items():
-            line = f"{metric}: sd over seeds {sd:.4f}"
-            if metric in PAPER_EFFECT:
-                chances = ", ".join(
-                    f"n={n}: {power('at_least', PAPER_EFFECT[metric], sd, n, margins[metric]):.2f}"
-                    for n in (3, 4, 5)
-                )
-                line += f"; power at the paper's {PAPER_EFFECT[metric]:.2f} ({chances})"
-            print(line)
-        return
-    record = experiment_runner.measure(EXPERIMENT, args.workdir)
-    print("saved", results.save(record))
-    for claim in claims_from_results(record):
-        print(f"{'holds' if claim.holds else 'NO   '}  {claim.text}: {claim.measured_text()}")
+
+def main() -> None:
+    """The smoke run (tiny sizes), the pilot (its spread and the claims' power), or the grid (in
+    one process or several: --worker/--workers; saved as results/full_v2.json, its claims
+    printed), or --from_results (`core.experiment_cli`)."""
+    experiment_cli.main(
+        EXPERIMENT,
+        claims_from_results=claims_from_results,
+        pilot=PILOT,
+        pilot_lines=pilot_lines,
+        smoke=EXPERIMENT,
+        description=main.__doc__,
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """core.results (results files, code version) and core.cache (runs keyed by config and code)."""
 
+import ast
 import json
 import os
 
@@ -29,7 +30,26 @@ def test_run_sources_leave_out_the_files_that_only_read_numbers():
         "methods/csnn/experiment.py",
         "methods/csnn/report.py",
         "methods/csnn/bench.py",
+        *results.CORE_READERS,
     }
+
+
+def test_no_core_module_in_a_run_key_imports_a_core_reader():
+    # A reader left out of the code key must not reach a run through a module that is in it:
+    # then editing it could change numbers that the cache would still serve.
+    readers = {p.removesuffix(".py").replace("/", ".") for p in results.CORE_READERS}
+    assert all(os.path.exists(os.path.join(results.REPO, p)) for p in results.CORE_READERS)
+    for path in set(results.source_files()) - set(results.CORE_READERS):
+        with open(os.path.join(results.REPO, path)) as f:
+            tree = ast.parse(f.read())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                names = {a.name for a in node.names}
+            else:
+                continue
+            assert not names & readers, f"{path} imports {sorted(names & readers)}"
 
 
 def test_source_hash_changes_with_content_and_names(tmp_path):
