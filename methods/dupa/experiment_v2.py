@@ -125,6 +125,37 @@ def pilot_spread(record: dict) -> dict[str, float]:
     return out
 
 
+def table(record: dict) -> str:
+    """Validation FD per lr (mean over seeds; the choice in bold), then each arm at its chosen lr:
+    test FD per seed and its mean, the gate's gap and the linear probe on test (means)."""
+    chosen = experiment_runner.choices(record)
+    seeds = record["config"]["seeds"]
+    lines = ["| arm | " + " | ".join(f"lr {lr:g}" for lr in LR_GRID) + " |", "|---|" + "---|" * 3]
+    for arm, sel in chosen.items():
+        cells = [f"{m:.2f}" for m in sel.means.values()]
+        at = list(sel.means).index((sel.point["lr"],))
+        cells[at] = f"**{cells[at]}**"
+        lines.append(f"| {arm} | {' | '.join(cells)} |")
+    head = " | ".join(f"seed {s}" for s in seeds)
+    lines += [
+        "",
+        f"| arm | lr | {head} | mean | gap | probe |",
+        "|---|---|" + "---|" * (len(seeds) + 3),
+    ]
+    for arm, sel in chosen.items():
+        fd, gap, probe = (
+            experiment_runner.reported(record, arm, f"test/{m}", chosen)
+            for m in ("fd", "align_gap", "probe_accuracy")
+        )
+        per_seed = " | ".join(f"{fd[s]:.2f}" for s in seeds)
+        mean = lambda d: float(np.mean(list(d.values())))  # noqa: E731
+        lines.append(
+            f"| {arm} | {sel.point['lr']:g} | {per_seed} | {mean(fd):.2f} | {mean(gap):.3f} "
+            f"| {mean(probe):.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def pilot_lines(record: dict) -> list[str]:
     """Each pair's paired spread, and the power of claims 1 and 2 at the paper's 10 % with it."""
     lines = []
@@ -145,6 +176,7 @@ def main() -> None:
         claims_from_results=claims_from_results,
         pilot=PILOT,
         pilot_lines=pilot_lines,
+        table=table,
         description=main.__doc__,
     )
 

@@ -132,7 +132,7 @@ def fake_run(config, run_dir):
     fd = base * (1 + 0.01 * config.seed) * (1 + abs(math.log10(config.optim.lr / 1e-3)))
     gap = 0.08 if config.dupa.arm == "dupa" else 0.05
     probe = 0.5 if config.dupa.arm == "dupa" else 0.45
-    return {"validation/fd": fd, "test/log_fd": math.log(fd), "test/align_gap": gap,
+    return {"validation/fd": fd, "test/fd": fd, "test/log_fd": math.log(fd), "test/align_gap": gap,
             "test/probe_accuracy": probe}  # fmt: skip
 
 
@@ -148,6 +148,11 @@ def test_v2_claims_derive_from_the_record_after_a_json_round_trip(tmp_path):
     assert claims[0].metric == "test log FD: dual - dupa"
     assert claims[0].interval.mean == pytest.approx(math.log(40 / 36))
     assert claims[0].margin == pytest.approx(math.log(1 / 0.95))
+    # The table: validation means per lr with the (validation) choice in bold, then the chosen
+    # runs' test FD per seed (DUPA seed 2: 36 x 1.02), gap and probe.
+    table = experiment_v2.table(reread).splitlines()
+    assert table[4] == "| dupa | 55.37 | **36.36** | 53.71 |"  # x (1 + |log10(lr / 1e-3)|)
+    assert table[-1] == "| dupa | 0.001 | 36.00 | 36.36 | 36.72 | 36.36 | 0.080 | 0.50 |"
 
 
 def test_the_pilot_gives_each_pairs_paired_spread_and_a_power_that_grows_with_seeds(tmp_path):
