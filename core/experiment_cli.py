@@ -18,6 +18,9 @@ the grid's own configs, so the grid reuses them.
 """
 
 import argparse
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 
 from core import experiment_runner, results
@@ -60,6 +63,7 @@ def main(
     pilot_lines: Callable[[dict], list[str]] | None = None,
     smoke: Experiment | None = None,
     table: Callable[[dict], str] | None = None,
+    plot: Callable[[dict, str], list[str]] | None = None,
     description: str | None = None,
     argv: Sequence[str] | None = None,
     results_root: str | None = None,
@@ -69,10 +73,14 @@ def main(
     pilot / pilot_lines: `--pilot` measures `pilot` and prints `pilot_lines(record)` (its spread
     and the claims' power); no record is saved. smoke: `--smoke` measures it with quick=True and
     prints its claims. table: printed before the claims of the grid and of `--from_results`.
+    plot: plot(record, folder) -> the figures it wrote there, for the grid's record and that of
+    `--from_results` (a figure re-derived from the committed record); each is copied beside the
+    method's README (`<root>/<slug>/` with `results_root`), less a leading "<slug>_".
     results_root: where the grid's record is saved and read (`results.path`; None: the method's
     results/ folder)."""
     from core import compile_cache
 
+    slug = experiment.slug
     parser = argparse.ArgumentParser(description=description or __doc__.split("\n\n")[0])
     parser.add_argument("--workdir", help="the run cache and run directories (to train)")
     mode = parser.add_mutually_exclusive_group()
@@ -85,16 +93,25 @@ def main(
     parser.add_argument("--workers", type=int, default=1, help="> 1: fill the cache, no record")
     args = parser.parse_args(argv)
 
-    def show(record: dict) -> None:  # the grid's record: its table, then its claims
+    def show(record: dict) -> None:  # the grid's record: its table, its claims, its figures
         lines = [table(record)] if table else []
         print("\n".join(lines + verdict_lines(claims_from_results(record))))
+        if plot is None:
+            return
+        # Beside the README (methods/<slug>/), or beside the records under `results_root`.
+        here = results_root and os.path.join(results_root, slug)
+        here = here or os.path.join(results.REPO, "methods", slug)
+        with tempfile.TemporaryDirectory() as folder:
+            for figure in plot(record, folder):
+                name = os.path.basename(figure).removeprefix(f"{slug}_")
+                print("figure", shutil.copy(figure, os.path.join(here, name)))
 
     is_pilot, is_smoke = getattr(args, "pilot", False), getattr(args, "smoke", False)
     if args.from_results:
         try:
-            record = results.load(experiment.slug, experiment.run_name(quick=False), results_root)
-        except ConfigError as e:
-            parser.error(str(e))  # one line: no record yet
+            record = results.load(slug, experiment.run_name(quick=False), results_root)
+        except ConfigError as err:
+            parser.error(str(err))  # one line: no record yet
         show(record)
         return
     if not args.workdir:

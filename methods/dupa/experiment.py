@@ -320,7 +320,9 @@ def run(workdir: str, *, quick: bool = False, runs=None) -> Report:
     claims = [c for r in records for c in claims_from_results(r)]
     return Report.on_protocol(
         method="dupa",
-        figures=[f for r in records if r["run"] != V2 for f in plot(r, workdir)],
+        figures=[
+            f for r in records for f in (experiment_v2.plot if r["run"] == V2 else plot)(r, workdir)
+        ],
         claims=claims,
         quick=quick,
         results=records if len(records) > 1 else records[0],

@@ -31,6 +31,7 @@ the paired spread of validation log FD and the power of claims 1-2 at the paper'
 import dataclasses
 import itertools
 import math
+import os
 
 import numpy as np
 from ml_collections import ConfigDict
@@ -156,6 +157,48 @@ def table(record: dict) -> str:
     return "\n".join(lines)
 
 
+LABELS = {"ddt_2b": "DDT, 2B", "dual": "dual-path, lambda 0", "dupa": "DUPA (re-test alignment)"}
+
+
+def plot(record: dict, workdir: str) -> list[str]:
+    """dupa_v2.png: (left) validation FD per lr, each seed a dot, the mean a line, the chosen lr
+    ringed; (right) test FD at each arm's chosen lr, one line per seed across the arms (the
+    pairing the claims use)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    chosen = experiment_runner.choices(record)
+    seeds = record["config"]["seeds"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, (arm, sel) in enumerate(chosen.items()):
+        lrs = [lr for (lr,) in sel.means]
+        for lr in lrs:
+            fd = results.by_seed(record["rows"], "validation/fd", arm=arm, lr=lr)
+            left.plot([lr * (1 + 0.06 * (i - 1))] * len(fd), list(fd.values()), ".", color=f"C{i}")
+        left.plot(lrs, list(sel.means.values()), "-", color=f"C{i}", label=LABELS[arm])
+        left.plot([sel.point["lr"]], [sel.mean], "o", mfc="none", ms=12, color=f"C{i}")
+    left.set(xscale="log", xlabel="learning rate", ylabel="validation FD (mean over seeds)")
+    left.set_xticks(LR_GRID, [f"{lr:g}" for lr in LR_GRID], minor=False)
+    left.set_xticks([], minor=True)
+    left.set_title("lr chosen on validation (ringed)")
+    left.legend(fontsize=8)
+    fd = {arm: experiment_runner.reported(record, arm, "test/fd", chosen) for arm in chosen}
+    for seed in seeds:
+        right.plot(range(len(fd)), [fd[arm][seed] for arm in fd], "o-", alpha=0.7,
+                   label=f"seed {seed}")  # fmt: skip
+    right.set_xticks(range(len(fd)), [LABELS[arm] for arm in fd], fontsize=8)
+    right.set(ylabel="test FD at the chosen lr")
+    right.set_title("paired by seed (the claims' pairing)")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(workdir, "dupa_v2.png")
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
 def pilot_lines(record: dict) -> list[str]:
     """Each pair's paired spread, and the power of claims 1 and 2 at the paper's 10 % with it."""
     lines = []
@@ -177,6 +220,7 @@ def main() -> None:
         pilot=PILOT,
         pilot_lines=pilot_lines,
         table=table,
+        plot=plot,
         description=main.__doc__,
     )
 

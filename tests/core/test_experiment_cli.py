@@ -3,6 +3,7 @@ fill the cache that the grid reads back, the pilot saves nothing, the grid saves
 --from_results re-derives the same verdicts."""
 
 import dataclasses
+import os
 
 import pytest
 
@@ -30,6 +31,13 @@ def test_workers_fill_the_cache_that_measure_reads(tmp_path):
         experiment_cli.fill(exp, str(tmp_path), 3, 3)
 
 
+def plot(record, folder):
+    path = os.path.join(folder, f"toy_{record['run']}.png")
+    with open(path, "w") as f:
+        f.write(f"{len(record['rows'])} rows")
+    return [path]
+
+
 def test_main_pilot_then_grid_then_from_results(tmp_path, capsys):
     runs = FakeRuns()
     exp = experiment(runs)
@@ -40,6 +48,7 @@ def test_main_pilot_then_grid_then_from_results(tmp_path, capsys):
         pilot_lines=lambda record: [f"pilot rows {len(record['rows'])}"],
         results_root=str(tmp_path / "results"),
         table=lambda record: f"table of {record['run']}",
+        plot=plot,
     )
     work = ["--workdir", str(tmp_path / "work")]
     with pytest.raises(SystemExit):  # no record yet: a one-line error, not a traceback
@@ -53,12 +62,15 @@ def test_main_pilot_then_grid_then_from_results(tmp_path, capsys):
     experiment_cli.main(exp, argv=work, **kw)
     live = capsys.readouterr().out.splitlines()
     assert len(runs.calls) == len(set(runs.calls)) == 40  # each of the grid's runs once
+    figure = tmp_path / "results" / "toy" / "full.png"  # beside the record, "toy_" dropped
+    assert live[-1] == f"figure {figure}" and figure.read_text() == "40 rows"
+    live = live[:-1]
     assert live[-3] == "table of full"
     assert live[-2].startswith("holds  better beats base: 0.1 [")
     assert live[-1].startswith("holds  base is fine: ")
     assert results.load("toy", "full", str(tmp_path / "results"))["rows"]
     experiment_cli.main(exp, argv=["--from_results"], **kw)
-    assert capsys.readouterr().out.splitlines() == live[-3:]
+    assert capsys.readouterr().out.splitlines() == [*live[-3:], f"figure {figure}"]
     with pytest.raises(SystemExit):  # training needs a workdir
         experiment_cli.main(exp, argv=[], **kw)
 

@@ -153,6 +153,8 @@ def test_v2_claims_derive_from_the_record_after_a_json_round_trip(tmp_path):
     table = experiment_v2.table(reread).splitlines()
     assert table[4] == "| dupa | 55.37 | **36.36** | 53.71 |"  # x (1 + |log10(lr / 1e-3)|)
     assert table[-1] == "| dupa | 0.001 | 36.00 | 36.36 | 36.72 | 36.36 | 0.080 | 0.50 |"
+    (figure,) = experiment_v2.plot(reread, str(tmp_path))
+    assert figure.endswith("dupa_v2.png") and os.path.getsize(figure) > 10_000
 
 
 def test_the_pilot_gives_each_pairs_paired_spread_and_a_power_that_grows_with_seeds(tmp_path):
