@@ -36,6 +36,7 @@ ours, not the paper's, and are counted apart.
 """
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -236,6 +237,14 @@ def pilot_summary(record: dict) -> list[str]:
     return lines
 
 
+def plot(record: dict, folder: str) -> list[str]:
+    """selective_rope_parity_v2.png: test accuracy against length per position encoding at the
+    chosen lr (`report.plot`), trained at k = 128."""
+    path = os.path.join(folder, "selective_rope_parity_v2.png")
+    report.plot(record, path)
+    return [path]
+
+
 def main() -> None:
     """The smoke run, the pilot (its spread and the claims' power), the grid (in one process or
     several: --worker/--workers; saved as results/full_v2.json, its claims printed) or, with
@@ -247,6 +256,7 @@ def main() -> None:
         pilot_lines=pilot_summary,
         smoke=SMOKE_EXPERIMENT,
         table=report.table,
+        plot=plot,
         description=main.__doc__,
     )
 

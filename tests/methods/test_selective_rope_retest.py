@@ -174,6 +174,8 @@ def test_v2_claims_derive_from_the_record_after_a_json_round_trip(tmp_path):
     assert {e["arm"] for e in edges} == {"gla/rope", "gla/none"}
     assert all("at chance" in e["open"] for e in edges)
     assert experiment_runner.choices(reread)["gla/selective"].point == {"lr": experiment_v2.LRS[1]}
+    (figure,) = experiment_v2.plot(reread, str(tmp_path))
+    assert figure.endswith("parity_v2.png") and os.path.getsize(figure) > 10_000
 
 
 def test_two_workers_fill_the_cache_that_measure_reads(tmp_path):
