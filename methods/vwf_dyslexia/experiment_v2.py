@@ -46,7 +46,7 @@ from configs import vwf_dyslexia as vwf_config
 from core import experiment_cli, experiment_runner, results
 from core.claims import IntervalClaim, power
 from core.experiment_runner import Arm, ClaimSpec, Experiment
-from methods.vwf_dyslexia import retest
+from methods.vwf_dyslexia import report_v2, retest
 
 SEEDS = (0, 1, 2)
 STEPS = 10000  # the first study's budget (README: timing)
@@ -143,7 +143,7 @@ EXPERIMENT = Experiment(
     claims=CLAIMS,
     # Editing a claim retrains nothing: the files that only read numbers are not in the key.
     sources=results.run_sources(
-        "vwf_dyslexia", besides=(*results.READERS, "experiment_v2.py", "probe.py")
+        "vwf_dyslexia", besides=(*results.READERS, "experiment_v2.py", "report_v2.py", "probe.py")
     ),
 )
 # The pilot: the grid's runs at PILOT_D_FF (the same configs, so the same cache entries: the
@@ -205,6 +205,8 @@ def main() -> None:
         pilot=PILOT,
         pilot_lines=pilot_lines,
         smoke=EXPERIMENT,
+        table=report_v2.table,
+        plot=report_v2.plot,
         description=main.__doc__,
     )
 

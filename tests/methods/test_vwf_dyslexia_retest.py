@@ -24,6 +24,7 @@ from methods.vwf_dyslexia import (
     localiser,
     model_config,
     official_hook,
+    report_v2,
     retest,
     stimuli,
     tasks,
@@ -250,7 +251,15 @@ def fake_run(config, run_dir):
     for spec in experiment_v2.CLAIMS:
         out[spec.metric] = (spec.margin - 3.0 if spec.form == "at_most" else
                             spec.margin + 0.1) + wiggle  # fmt: skip
-    out["detail"] = {"accuracy": {"intact": {"lexical": 1.0}}}
+    for k in experiment_v2.FULL.percents:  # what report_v2 reads besides the claims
+        for m in ("selectivity/vwf", "selectivity/random", "selectivity/vwf_minus_random",
+                  "official/selectivity/vwf"):  # fmt: skip
+            out.setdefault(f"test/{m}/{k:g}", k / 100 + wiggle)
+    out |= {f"test/intact/{t}": 0.9 + wiggle for t in tasks.DIETS["v2"]}
+    accuracy = {
+        retest.name("vwf", k): {"lexical": 1 - k / 100} for k in experiment_v2.FULL.percents
+    }
+    out["detail"] = {"accuracy": {"intact": {"lexical": 1.0}, **accuracy}}
     return out
 
 
@@ -264,6 +273,15 @@ def test_v2_claims_derive_from_the_record_after_a_json_round_trip(tmp_path):
     assert len(claims) == 9 and all(c.holds for c in claims)
     assert experiment_runner.choices(reread)["vlm"].point == {"d_ff": 256}
     assert claims[0].margin == 0.10 and "exploratory" in claims[-2].text
+    table = report_v2.table(reread).splitlines()
+    assert table[0].endswith("**256: 0.900**, 512: 0.800")  # the width chosen on val, in bold
+    assert table[4] == "| lexical | 0.900 | 0.910 | 0.920 |"  # seeds 0-2 at d_ff 256
+    assert table[-1] == (  # k = 21 %: 0.21 + 0.01 x seed, claims 6-7: margin + 0.1 + 0.01 x seed
+        "| 21 | 0.220 [0.210, 0.230] | 0.220 [0.210, 0.230] | 0.160 [0.150, 0.170] "
+        "| 0.210 [0.200, 0.220] |"
+    )
+    (figure,) = report_v2.plot(reread, str(tmp_path))
+    assert os.path.getsize(figure) > 10_000
 
 
 @pytest.mark.slow  # ~22 s at load ~8, ~40 s with a cold compile cache: past a method's share
