@@ -151,7 +151,7 @@ def test_v2_claims_derive_from_the_record_after_a_json_round_trip(tmp_path):
     # The table: validation means per lr with the (validation) choice in bold, then the chosen
     # runs' test FD per seed (DUPA seed 2: 36 x 1.02), gap and probe.
     table = experiment_v2.table(reread).splitlines()
-    assert table[4] == "| dupa | 55.37 | **36.36** | 53.71 |"  # x (1 + |log10(lr / 1e-3)|)
+    assert table[4] == "| dupa | 55.37 | **36.36** | 53.71 | 72.72 |"  # x (1 + |log10(lr / 1e-3)|)
     assert table[-1] == "| dupa | 0.001 | 36.00 | 36.36 | 36.72 | 36.36 | 0.080 | 0.50 |"
     (figure,) = experiment_v2.plot(reread, str(tmp_path))
     assert figure.endswith("dupa_v2.png") and os.path.getsize(figure) > 10_000
