@@ -275,10 +275,10 @@ def test_v2_claims_derive_from_the_record_after_a_json_round_trip(tmp_path):
     assert claims[0].margin == 0.10 and "exploratory" in claims[-2].text
     table = report_v2.table(reread).splitlines()
     assert table[0].endswith("**256: 0.900**, 512: 0.800")  # the width chosen on val, in bold
-    assert table[4] == "| lexical | 0.900 | 0.910 | 0.920 |"  # seeds 0-2 at d_ff 256
+    assert table[4] == "| lexical | 0.900 | 0.910 | 0.920 | 0.930 | 0.940 |"  # d_ff 256, 5 seeds
     assert table[-1] == (  # k = 21 %: 0.21 + 0.01 x seed, claims 6-7: margin + 0.1 + 0.01 x seed
-        "| 21 | 0.220 [0.210, 0.230] | 0.220 [0.210, 0.230] | 0.160 [0.150, 0.170] "
-        "| 0.210 [0.200, 0.220] |"
+        "| 21 | 0.230 [0.210, 0.250] | 0.230 [0.210, 0.250] | 0.170 [0.150, 0.190] "
+        "| 0.220 [0.200, 0.240] |"
     )
     (figure,) = report_v2.plot(reread, str(tmp_path))
     assert os.path.getsize(figure) > 10_000
