@@ -94,9 +94,7 @@ QUICK = Settings("quick", "rope", ("ddt", "dupa"), 100, 1, 100, 10, 0.05, 0.01, 
 RUNS = {"full": FULL, "full_rope": FULL_ROPE}
 # The re-test (issue 47, `experiment_v2.py`): its own record, written by core.experiment_runner.
 V2 = experiment_v2.EXPERIMENT.run_name(quick=False)  # "full_v2"
-# "full_v2" joins RESULT_RUNS in the commit that adds results/full_v2.json: `launch.reproduce
-# --from_results` stops at a missing record, which would hide the first two (a test checks it).
-RESULT_RUNS = tuple(RUNS)
+RESULT_RUNS = (*RUNS, V2)  # each with its record in results/ (a test checks the pairing)
 
 
 def run_config(s: Settings, arm: str, seed: int, workdir: str):
@@ -308,9 +306,10 @@ def plot(record: dict, workdir: str) -> list[str]:
 
 
 def run(workdir: str, *, quick: bool = False, runs=None) -> Report:
-    """The quick record, or the full records `runs` (default all, the RoPE study first: a run
-    cut short has the newer one), each with its claims, in one report."""
-    names = ("quick",) if quick else (runs or ("full_rope", "full"))
+    """The quick record, or the full records `runs` (default all, newest first: the re-test, the
+    RoPE study, the first study; a run cut short has the newer ones), each with its claims and
+    figures, in one report."""
+    names = ("quick",) if quick else (runs or (V2, "full_rope", "full"))
     records = [
         experiment_runner.measure(experiment_v2.EXPERIMENT, workdir)
         if name == V2

@@ -185,7 +185,7 @@ def plot(record: dict, workdir: str) -> list[str]:
             left.plot([lr * (1 + 0.06 * (i - 1))] * len(fd), list(fd.values()), ".", color=f"C{i}")
         left.plot(lrs, list(sel.means.values()), "-", color=f"C{i}", label=LABELS[arm])
         left.plot([sel.point["lr"]], [sel.mean], "o", mfc="none", ms=12, color=f"C{i}")
-    left.set(xscale="log", xlabel="learning rate", ylabel="validation FD (mean over seeds)")
+    left.set(xscale="log", yscale="log", xlabel="learning rate", ylabel="validation FD")
     left.set_xticks(LR_GRID, [f"{lr:g}" for lr in LR_GRID], minor=False)
     left.set_xticks([], minor=True)
     left.set_title("lr chosen on validation (ringed)")
