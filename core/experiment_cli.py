@@ -29,24 +29,14 @@ from core.errors import ConfigError
 from core.experiment_runner import Experiment
 
 
-def jobs(experiment: Experiment, quick: bool = False) -> list[tuple]:
-    """Every (arm, grid point, seed) of `experiment`, in `experiment_runner.measure`'s order."""
-    return [
-        (arm, point, seed)
-        for arm in experiment.arms_for(quick)
-        for point in experiment_runner.points(arm.grid)
-        for seed in experiment.seeds_for(quick)
-    ]
-
-
 def fill(experiment: Experiment, workdir: str, worker: int, workers: int) -> int:
     """Run this worker's share of `experiment`'s runs, every `workers`-th job from the `worker`-th,
     through the runner's cache (the entries `measure` reads back); returns the share's size."""
     if not 0 <= worker < workers:
         raise ConfigError(f"{experiment.slug}: worker={worker} must be in [0, workers={workers})")
     e = experiment
-    code = results.source_hash(e.sources or results.run_sources(e.slug))
-    share = jobs(e)[worker::workers]
+    code = experiment_runner.code_key(e)
+    share = experiment_runner.jobs(e)[worker::workers]
     for arm, point, seed in share:
         label = experiment_runner.job_label(e.slug, arm.name, point, seed)
         experiment_runner.run_one(

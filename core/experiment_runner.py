@@ -152,6 +152,19 @@ def _jsonable(config: Any) -> Any:
     return config.to_dict() if hasattr(config, "to_dict") else config
 
 
+def jobs(experiment: Experiment, quick: bool = False) -> list[tuple[Arm, dict, int]]:
+    """Every (arm, grid point, seed) of `experiment`, in the order `measure` runs them."""
+    e = experiment
+    return [
+        (a, p, s) for a in e.arms_for(quick) for p in points(a.grid) for s in e.seeds_for(quick)
+    ]
+
+
+def code_key(experiment: Experiment) -> str:
+    """A run cache key's code half: the hash of `sources` (default: the run sources)."""
+    return results.source_hash(experiment.sources or results.run_sources(experiment.slug))
+
+
 def job_label(slug: str, arm: str, point: dict, seed: int) -> str:
     values = (f"{a}={v:g}" if isinstance(v, float) else f"{a}={v}" for a, v in point.items())
     return " ".join([f"{slug} {arm}", *values, f"seed {seed}"])
@@ -178,28 +191,26 @@ def measure(experiment: Experiment, workdir: str, *, quick: bool = False) -> dic
     arm's choice on a grid edge, open or not (`claims` refuses the unfinished ones)."""
     e = experiment
     arms, seeds = e.arms_for(quick), e.seeds_for(quick)
-    code = results.source_hash(e.sources or results.run_sources(e.slug))
+    code = code_key(e)
     start = time.perf_counter()
     rows, first_configs = [], {}
-    for arm in arms:
-        for point in points(arm.grid):
-            for seed in seeds:
-                config = e.config_of(arm, point, seed, quick)
-                first_configs.setdefault(arm.name, _jsonable(config))
-                label = job_label(e.slug, arm.name, point, seed)
-                metrics = run_one(e, config, code, workdir, label)
-                where = {e.arm_key: arm.name, **point, "seed": seed}
-                if set(where) & set(metrics):
-                    raise ConfigError(
-                        f"{e.slug}: run metrics {sorted(set(where) & set(metrics))} clash "
-                        "with the row's arm, grid axes or seed"
-                    )
-                if e.select_on is not None and e.select_on not in metrics:
-                    raise ConfigError(
-                        f"{e.slug}: {label} returned no select_on={e.select_on!r} (it has "
-                        f"{sorted(metrics)[:6]})"
-                    )
-                rows.append({**where, **metrics})
+    for arm, point, seed in jobs(e, quick):
+        config = e.config_of(arm, point, seed, quick)
+        first_configs.setdefault(arm.name, _jsonable(config))
+        label = job_label(e.slug, arm.name, point, seed)
+        metrics = run_one(e, config, code, workdir, label)
+        where = {e.arm_key: arm.name, **point, "seed": seed}
+        if set(where) & set(metrics):
+            raise ConfigError(
+                f"{e.slug}: run metrics {sorted(set(where) & set(metrics))} clash "
+                "with the row's arm, grid axes or seed"
+            )
+        if e.select_on is not None and e.select_on not in metrics:
+            raise ConfigError(
+                f"{e.slug}: {label} returned no select_on={e.select_on!r} (it has "
+                f"{sorted(metrics)[:6]})"
+            )
+        rows.append({**where, **metrics})
     config = {
         "quick": quick,
         "seeds": list(seeds),

@@ -64,7 +64,7 @@ def _stage_params(experiment, arm, point: dict, workdir: str, held: int):
     from methods import ali_cfm
 
     config = experiment.config_of(arm, point, 0, False)
-    code = results.source_hash(experiment.sources or results.run_sources(experiment.slug))
+    code = experiment_runner.code_key(experiment)
     roles = runs.ARMS[arm.settings["method"]]
     stage = os.path.join(workdir, "runs", cache.key(config, code), f"held{held}", roles[-1])
     if not os.path.isdir(stage):

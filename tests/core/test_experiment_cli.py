@@ -22,7 +22,7 @@ def test_workers_fill_the_cache_that_measure_reads(tmp_path):
     runs = FakeRuns()
     exp = experiment(runs)
     sizes = [experiment_cli.fill(exp, str(tmp_path), w, 3) for w in range(3)]
-    every = len(experiment_cli.jobs(exp))
+    every = len(er.jobs(exp))
     assert sum(sizes) == every == 2 * 5 * 4 and len(runs.calls) == every
     assert len(set(runs.calls)) == every  # no job ran twice across the workers
     record = er.measure(dataclasses.replace(exp, run=no_runs_left), str(tmp_path))
