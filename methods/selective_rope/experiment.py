@@ -37,6 +37,7 @@ record are in report.py.
 
 import dataclasses
 import math
+import os
 
 from configs import selective_rope as sr_config
 from core import experiment_runner as runner
@@ -330,9 +331,7 @@ def experiment(s: Setting, *, quick: bool) -> Experiment:
 EXPERIMENTS = {quick: experiment(setting(quick), quick=quick) for quick in (False, True)}
 # The re-test (issue 47, `experiment_v2.py`): its own record, written by core.experiment_runner.
 V2 = experiment_v2.EXPERIMENT.run_name(quick=False)  # "full_v2"
-# "full_v2" joins RESULT_RUNS in the commit that adds results/full_v2.json: `launch.reproduce
-# --from_results` stops at a missing record, which would hide the first one (a test checks it).
-RESULT_RUNS = ("full",)
+RESULT_RUNS = ("full", V2)  # each with its record in results/ (a test checks the pairing)
 
 
 def adopt(record: dict, exp: Experiment | None = None) -> dict:
@@ -362,13 +361,26 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
-    return Report.from_record(
-        measure(workdir, quick=quick),
-        claims_from_results=claims_from_results,
-        table=lambda record: report.table(adopt(record)),
-        plots={"parity.png": lambda record, path: report.plot(adopt(record), path)},
-        workdir=workdir,
+    """The quick record, or the full run's two records (the first study, then the re-test),
+    each with its claims, table and figure, in one report."""
+    records = [measure(workdir, quick=quick)]
+    if not quick:
+        records.append(runner.measure(experiment_v2.EXPERIMENT, workdir))
+    claims = [c for r in records for c in claims_from_results(r)]  # refuses an unfinished grid
+    os.makedirs(workdir, exist_ok=True)
+    figures = [os.path.join(workdir, "parity.png")]
+    report.plot(adopt(records[0]), figures[0])
+    if not quick:
+        figures += experiment_v2.plot(records[1], workdir)
+    notes = "\n\n".join(report.table(adopt(r)) for r in records)
+    print(notes, flush=True)
+    return Report.on_protocol(
+        method="selective_rope",
+        claims=claims,
+        results=records if len(records) > 1 else records[0],
         quick=quick,
+        notes=notes,
+        figures=figures,
     )
 
 

@@ -143,6 +143,23 @@ def test_full_v2_joins_result_runs_with_its_record():
     assert experiment.V2 == "full_v2" == experiment_v2.EXPERIMENT.run_name(quick=False)
 
 
+def test_default_full_job_reports_the_first_study_and_the_re_test(tmp_path, monkeypatch):
+    """The default job's full run (`experiment.run`) measures both records: each one's claims,
+    table and figure in one report (the committed records stand in for the training)."""
+    first, retested = (results.load("selective_rope", run) for run in ("full", experiment.V2))
+    monkeypatch.setattr(experiment, "measure", lambda workdir, quick: first)
+    monkeypatch.setattr(experiment.runner, "measure", lambda exp, workdir: retested)
+    report = experiment.run(str(tmp_path))
+    assert [r["run"] for r in report.results] == ["full", experiment.V2]
+    n_first = len(experiment.claims_from_results(first))
+    assert [c.text for c in report.claims[n_first:]] == [c.text for c in experiment_v2.CLAIMS]
+    assert sorted(os.path.basename(f) for f in report.figures) == [
+        "parity.png",
+        "selective_rope_parity_v2.png",
+    ]
+    assert all(os.path.getsize(f) > 0 for f in report.figures)
+
+
 def fake_run(config, run_dir):
     """Selective solves 1x and 4x (best at the grid's middle rate), RoPE and none sit at chance."""
     del run_dir
