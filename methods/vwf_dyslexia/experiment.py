@@ -44,9 +44,17 @@ import jax
 import numpy as np
 
 from configs import vwf_dyslexia as vwf_config
-from core import cache, results, train
+from core import cache, experiment_runner, results, train
 from core.claims import Report
-from methods.vwf_dyslexia import experiment_v2, lesion, localiser, make, model_config, stimuli
+from methods.vwf_dyslexia import (
+    experiment_v2,
+    lesion,
+    localiser,
+    make,
+    model_config,
+    report_v2,
+    stimuli,
+)
 from methods.vwf_dyslexia.report import claims_of_study, name, plot, summary
 from methods.vwf_dyslexia.retest import whole_layers
 
@@ -234,14 +242,18 @@ def measure(workdir: str, *, quick: bool = False, settings: Settings | None = No
 
 
 def run(workdir: str, *, quick: bool = False) -> Report:
-    record = measure(workdir, quick=quick)
-    claims = claims_from_results(record)
-    figures = [] if quick else plot(record, workdir)
+    """The quick record, or the full run's two records (the first study, then the re-test),
+    each with its claims and figures, in one report."""
+    records = [measure(workdir, quick=quick)]
+    if not quick:
+        records.append(experiment_runner.measure(experiment_v2.EXPERIMENT, workdir))
+    claims = [c for r in records for c in claims_from_results(r)]
+    figures = [] if quick else plot(records[0], workdir) + report_v2.plot(records[1], workdir)
     return Report(
         method="vwf_dyslexia",
         figures=figures,
         claims=claims,
-        metrics={**{c.metric: c.interval.to_dict() for c in claims}, **summary(record)},
+        metrics={**{c.metric: c.interval.to_dict() for c in claims}, **summary(records[0])},
         command="python -m launch.reproduce --methods=vwf_dyslexia" + (" --quick" if quick else ""),
-        results=record,
+        results=records if len(records) > 1 else records[0],
     )

@@ -158,6 +158,9 @@ def test_default_full_job_reports_the_first_study_and_the_re_test(tmp_path, monk
         "selective_rope_parity_v2.png",
     ]
     assert all(os.path.getsize(f) > 0 for f in report.figures)
+    quick = experiment.run(str(tmp_path / "quick"), quick=True)  # the first study's record only
+    assert quick.results is first and len(quick.claims) == n_first
+    assert [os.path.basename(f) for f in quick.figures] == ["parity.png"]
 
 
 def fake_run(config, run_dir):
