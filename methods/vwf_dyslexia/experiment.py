@@ -61,9 +61,7 @@ from methods.vwf_dyslexia.retest import whole_layers
 EVAL_SEED = 7  # the held-out evaluation set: the same examples for every model seed
 # The re-test (issue 47, `experiment_v2.py`): its own record, written by core.experiment_runner.
 V2 = experiment_v2.EXPERIMENT.run_name(quick=False)  # "full_v2"
-# "full_v2" joins RESULT_RUNS in the commit that adds results/full_v2.json: `launch.reproduce
-# --from_results` stops at a missing record, which would hide the first study's (a test checks).
-RESULT_RUNS = ("full",)
+RESULT_RUNS = ("full", V2)  # each with its record in results/ (a test checks the pairing)
 
 
 def claims_from_results(record: dict):

@@ -306,3 +306,19 @@ def test_v2_smoke_runs_end_to_end_and_its_record_reads_back(tmp_path, monkeypatc
     again = json.loads(json.dumps(record))
     assert len(experiment.claims_from_results(again)) == 9
     assert max(experiment_v2.FULL.percents) < retest.NOT_REACHED
+
+
+def test_default_full_job_reports_the_first_study_and_the_re_test(tmp_path, monkeypatch):
+    """The default job's full run (`experiment.run`) measures both records: each one's claims
+    and figures in one report (the committed records stand in for the training)."""
+    first, retested = (results.load("vwf_dyslexia", run) for run in ("full", experiment.V2))
+    monkeypatch.setattr(experiment, "measure", lambda workdir, quick: first)
+    monkeypatch.setattr(experiment.experiment_runner, "measure", lambda exp, workdir: retested)
+    report = experiment.run(str(tmp_path))
+    assert [r["run"] for r in report.results] == ["full", experiment.V2]
+    n_first = len(experiment.claims_from_results(first))
+    texts = [c.text for c in experiment_v2.claims_from_results(retested)]
+    assert [c.text for c in report.claims[n_first:]] == texts
+    names = sorted(os.path.basename(f) for f in report.figures)
+    assert "vwf_dyslexia_v2.png" in names and len(names) >= 2
+    assert all(os.path.getsize(f) > 0 for f in report.figures)
