@@ -16,6 +16,7 @@ from core import experiment_cli, experiment_runner, optim, results
 from core.errors import ConfigError
 from core.metrics import NonFiniteLossError
 from methods.selective_rope import experiment, experiment_v2, model, retest
+from tests.methods import retest_checks
 
 FULL_ARMS = experiment_v2.EXPERIMENT.arms
 
@@ -144,22 +145,16 @@ def test_full_v2_joins_result_runs_with_its_record():
 
 
 def test_default_full_job_reports_the_first_study_and_the_re_test(tmp_path, monkeypatch):
-    """The default job's full run (`experiment.run`) measures both records: each one's claims,
-    table and figure in one report (the committed records stand in for the training)."""
-    first, retested = (results.load("selective_rope", run) for run in ("full", experiment.V2))
-    monkeypatch.setattr(experiment, "measure", lambda workdir, quick: first)
-    monkeypatch.setattr(experiment.runner, "measure", lambda exp, workdir: retested)
-    report = experiment.run(str(tmp_path))
-    assert [r["run"] for r in report.results] == ["full", experiment.V2]
-    n_first = len(experiment.claims_from_results(first))
-    assert [c.text for c in report.claims[n_first:]] == [c.text for c in experiment_v2.CLAIMS]
-    assert sorted(os.path.basename(f) for f in report.figures) == [
-        "parity.png",
-        "selective_rope_parity_v2.png",
-    ]
-    assert all(os.path.getsize(f) > 0 for f in report.figures)
-    quick = experiment.run(str(tmp_path / "quick"), quick=True)  # the first study's record only
-    assert quick.results is first and len(quick.claims) == n_first
+    """The default job's full run reports both records, each figure drawn; the quick run the
+    first study's alone."""
+    report, first, _ = retest_checks.full_job_report(
+        experiment, "selective_rope", str(tmp_path), monkeypatch
+    )
+    names = sorted(os.path.basename(f) for f in report.figures)
+    assert names == ["parity.png", "selective_rope_parity_v2.png"]
+    quick = experiment.run(str(tmp_path / "quick"), quick=True)
+    assert quick.results is first
+    assert len(quick.claims) == len(experiment.claims_from_results(first))
     assert [os.path.basename(f) for f in quick.figures] == ["parity.png"]
 
 

@@ -29,6 +29,7 @@ from methods.vwf_dyslexia import (
     stimuli,
     tasks,
 )
+from tests.methods import retest_checks
 
 LEXICON = tasks.lexicon(64)
 
@@ -309,16 +310,9 @@ def test_v2_smoke_runs_end_to_end_and_its_record_reads_back(tmp_path, monkeypatc
 
 
 def test_default_full_job_reports_the_first_study_and_the_re_test(tmp_path, monkeypatch):
-    """The default job's full run (`experiment.run`) measures both records: each one's claims
-    and figures in one report (the committed records stand in for the training)."""
-    first, retested = (results.load("vwf_dyslexia", run) for run in ("full", experiment.V2))
-    monkeypatch.setattr(experiment, "measure", lambda workdir, quick: first)
-    monkeypatch.setattr(experiment.experiment_runner, "measure", lambda exp, workdir: retested)
-    report = experiment.run(str(tmp_path))
-    assert [r["run"] for r in report.results] == ["full", experiment.V2]
-    n_first = len(experiment.claims_from_results(first))
-    texts = [c.text for c in experiment_v2.claims_from_results(retested)]
-    assert [c.text for c in report.claims[n_first:]] == texts
+    """The default job's full run reports both records, the re-test's figure among them."""
+    report, _, _ = retest_checks.full_job_report(
+        experiment, "vwf_dyslexia", str(tmp_path), monkeypatch
+    )
     names = sorted(os.path.basename(f) for f in report.figures)
     assert "vwf_dyslexia_v2.png" in names and len(names) >= 2
-    assert all(os.path.getsize(f) > 0 for f in report.figures)
