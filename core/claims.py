@@ -244,18 +244,37 @@ class Report:
         `claims_from_results(record)` first (which may refuse an unfinished grid before any
         figure is drawn), each figure `plots[name](record, path)` drawn as `workdir/name`, and
         `table(record)` printed (`launch.reproduce` prints only the claims) and kept as notes."""
-        claims = claims_from_results(record)
+
+        def plot(r, folder):
+            paths = {name: os.path.join(folder, name) for name in plots}
+            for name, draw in plots.items():
+                draw(r, paths[name])
+            return list(paths.values())
+
+        return cls.from_records(
+            [record],
+            claims_from_results=claims_from_results,
+            table=table,
+            plot=plot,
+            workdir=workdir,
+            quick=quick,
+        )
+
+    @classmethod
+    def from_records(cls, records, *, claims_from_results, table, plot, workdir, quick=False):
+        """One report of a method's protocol records (e.g. a first study and its re-test), as
+        `from_record` for each: every record's claims re-derived first, then `plot(record,
+        workdir)` draws its figures (returns their paths), and the tables are printed and kept
+        as notes. `results` is the record, or the list when there are several."""
+        claims = [c for r in records for c in claims_from_results(r)]
         os.makedirs(workdir, exist_ok=True)
-        figures = []
-        for name, draw in plots.items():
-            figures.append(os.path.join(workdir, name))
-            draw(record, figures[-1])
-        notes = table(record)
+        figures = [f for r in records for f in plot(r, workdir)]
+        notes = "\n\n".join(table(r) for r in records)
         print(notes, flush=True)
         return cls.on_protocol(
-            method=record["method"],
+            method=records[0]["method"],
             claims=claims,
-            results=record,
+            results=records if len(records) > 1 else records[0],
             quick=quick,
             notes=notes,
             figures=figures,

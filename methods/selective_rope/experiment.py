@@ -360,27 +360,28 @@ def claims_from_results(record: dict) -> list[IntervalClaim]:
     return runner.claims(EXPERIMENTS[bool(record["config"]["quick"])], adopt(record))
 
 
+def plot(record: dict, workdir: str) -> list[str]:
+    """The figure of the first study's record (parity.png) or of the re-test's."""
+    if record["run"] == V2:
+        return experiment_v2.plot(record, workdir)
+    path = os.path.join(workdir, "parity.png")
+    report.plot(adopt(record), path)
+    return [path]
+
+
 def run(workdir: str, *, quick: bool = False) -> Report:
     """The quick record, or the full run's two records (the first study, then the re-test),
     each with its claims, table and figure, in one report."""
     records = [measure(workdir, quick=quick)]
     if not quick:
         records.append(runner.measure(experiment_v2.EXPERIMENT, workdir))
-    claims = [c for r in records for c in claims_from_results(r)]  # refuses an unfinished grid
-    os.makedirs(workdir, exist_ok=True)
-    figures = [os.path.join(workdir, "parity.png")]
-    report.plot(adopt(records[0]), figures[0])
-    if not quick:
-        figures += experiment_v2.plot(records[1], workdir)
-    notes = "\n\n".join(report.table(adopt(r)) for r in records)
-    print(notes, flush=True)
-    return Report.on_protocol(
-        method="selective_rope",
-        claims=claims,
-        results=records if len(records) > 1 else records[0],
+    return Report.from_records(
+        records,
+        claims_from_results=claims_from_results,  # refuses an unfinished grid
+        table=lambda record: report.table(adopt(record)),
+        plot=plot,
+        workdir=workdir,
         quick=quick,
-        notes=notes,
-        figures=figures,
     )
 
 

@@ -2,6 +2,7 @@
 and round-trip through JSON."""
 
 import json
+import os
 
 import pytest
 
@@ -145,3 +146,35 @@ def test_a_report_from_a_record_refuses_before_drawing_and_keeps_its_table(tmp_p
             workdir=str(tmp_path),
         )  # fmt: skip
     assert not (tmp_path / "g.png").exists()
+
+
+def test_a_report_from_two_records_holds_both_in_order(tmp_path, capsys):
+    """A first study and its re-test: every claim of each, each record's figures, both tables."""
+    first, retest = (
+        {"method": "m", "run": run, "rows": [{"seed": s, "x": x} for s in range(3)]}
+        for run, x in (("full", 0.9), ("full_v2", 0.1))
+    )
+
+    def claims(r):
+        by_seed = {row["seed"]: row["x"] for row in r["rows"]}
+        return [IntervalClaim.at_least(f"{r['run']}: x high", "x", by_seed, 0.5)]
+
+    def plot(r, folder):
+        path = os.path.join(folder, f"{r['run']}.png")
+        open(path, "w").close()
+        return [path]
+
+    report = Report.from_records(
+        [first, retest],
+        claims_from_results=claims,
+        table=lambda r: f"table {r['run']}",
+        plot=plot,
+        workdir=str(tmp_path / "w"),
+    )
+    assert [c.text for c in report.claims] == ["full: x high", "full_v2: x high"]
+    assert [c.holds for c in report.claims] == [True, False]
+    assert report.results == [first, retest]
+    assert [os.path.basename(f) for f in report.figures] == ["full.png", "full_v2.png"]
+    assert (
+        report.notes == "table full\n\ntable full_v2" and "table full_v2" in capsys.readouterr().out
+    )
